@@ -1,0 +1,46 @@
+"""RotaSched core: pure policy (VLT, Largest-VLT-First planning, KV tier accounting, baselines).
+
+Imports neither torch nor vLLM. Engine adapters (``superinfer.sim``, ``superinfer.vllm``) build a
+:class:`Snapshot`, ask a :class:`Policy` for a :class:`Plan` and apply it.
+"""
+
+from superinfer.core.blocks import BlockPool, KVLedger, PoolExhausted
+from superinfer.core.budget import b_xfer_blocks
+from superinfer.core.policies import POLICIES, Policy, get_policy, ranking
+from superinfer.core.state import EngineState, Finished, Moves
+from superinfer.core.types import (
+    PARAM_BOUNDS,
+    Capacity,
+    Params,
+    Phase,
+    Plan,
+    Snapshot,
+    Tenant,
+    TenantTable,
+    VictimMode,
+)
+from superinfer.core.vlt import compute_vlt
+
+__all__ = [
+    "PARAM_BOUNDS",
+    "POLICIES",
+    "BlockPool",
+    "Capacity",
+    "EngineState",
+    "Finished",
+    "KVLedger",
+    "Moves",
+    "Params",
+    "Phase",
+    "Plan",
+    "Policy",
+    "PoolExhausted",
+    "Snapshot",
+    "Tenant",
+    "TenantTable",
+    "VictimMode",
+    "b_xfer_blocks",
+    "compute_vlt",
+    "get_policy",
+    "ranking",
+]

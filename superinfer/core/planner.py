@@ -1,0 +1,332 @@
+"""One planning iteration, shared by every policy (design §3.2).
+
+A policy is a :class:`PolicySpec`: three orderings and a few switches. :func:`build_plan` walks them in
+four short steps, each a function you can read top to bottom:
+
+1. ``_continue_loads``: swap-ins already under way get host-to-device budget first.
+2. ``_serve_running``: running requests get their decode token (or prefill chunk) in the policy's
+   running order; when a request cannot grow, victims are *forced* from the policy's victim order.
+3. ``_admit``: waiting and rotary requests in candidate order, while memory, tokens, sequences and the
+   host-to-device budget allow. Only LVF may preempt here (*discretionary* victims), and never a request
+   whose VLT is >= the candidate's.
+4. ``_eager_sync``: the device-to-host budget left after victims goes to copying full blocks early.
+
+Invariants kept here (checked by the property tests):
+
+* device blocks held after the plan <= ``hbm_blocks`` (every allocation is taken from ``free``, which
+  victims replenish);
+* host-to-device and device-to-host blocks issued <= ``b_xfer`` each;
+* host blocks used by copies <= ``dram_free_blocks``;
+* tokens <= ``token_budget``; resident sequences <= ``max_num_seqs`` (unless they already were);
+* a victim's blocks are counted free in the same iteration: the engine must finish the victim's
+  copy-out before compute writes those blocks (DuplexKV rule 2; vLLM's ``handle_preemptions``);
+* the plan is a pure function of its inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from superinfer.core.types import Capacity, Params, Phase, Plan, Snapshot, TenantTable, VictimMode
+
+_NEG_INF = float("-inf")
+
+
+@dataclass
+class Ctx:
+    """Everything an ordering may look at. ``vlt`` is filled only for policies that rank by VLT."""
+
+    snap: Snapshot
+    cap: Capacity
+    params: Params
+    tenants: TenantTable
+    now: float
+    vlt: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A scheduling policy as orderings plus switches.
+
+    ``running_order(ctx, rows)``: the order running requests are served.
+    ``victim_order(ctx, rows)``: running requests, first victim first.
+    ``candidate_order(ctx, rows)``: a stream of waiting/rotary rows, first admitted first.
+    """
+
+    name: str
+    running_order: Callable[[Ctx, np.ndarray], np.ndarray]
+    victim_order: Callable[[Ctx, np.ndarray], np.ndarray]
+    candidate_order: Callable[[Ctx, np.ndarray], Iterator[int]]
+    decodes_first: bool = False
+    discretionary: bool = False  # may preempt running requests to admit a candidate (LVF only)
+    save_tail: bool = False  # victims copy their unsynced tail out (else it is recomputed)
+    eager_sync: bool = False  # copy full blocks to DRAM as they fill
+    admit_after_preempt: bool = False  # vLLM admits nothing in a step that preempted
+    token_cap: Callable[[Params], int] | None = None  # sarathi's stall-free budget
+    uses_vlt: bool = False
+
+
+class _Work:
+    """The mutable ledger of one plan; rows are snapshot rows."""
+
+    def __init__(self, snap: Snapshot, cap: Capacity, token_budget: int) -> None:
+        n = len(snap)
+        self.snap = snap
+        self.bs = cap.block_size
+        self.free = cap.free_blocks
+        self.tokens = token_budget
+        self.h2d = cap.b_xfer
+        self.d2h = cap.b_xfer
+        self.dram = cap.dram_free_blocks
+        resident = (snap.phase == Phase.RUNNING) | (snap.blocks_hbm > 0)
+        self.seqs = int(np.count_nonzero(resident))
+        self.max_seqs = cap.max_num_seqs
+        self.sched = np.zeros(n, np.int64)
+        self.alloc = np.zeros(n, np.int64)
+        self.swap = np.zeros(n, np.int64)
+        self.victim = np.zeros(n, np.bool_)
+        self.victim_d2h = np.zeros(n, np.int64)
+        self.victim_mode = np.zeros(n, np.int8)
+        self.forced = np.zeros(n, np.bool_)
+        self.sync = np.zeros(n, np.int64)
+        self.admitted: list[int] = []
+
+    def unsynced(self, r: int) -> int:
+        """Device blocks of ``r`` holding KV with no host copy, finished or in flight."""
+        s = self.snap
+        data = (int(s.num_computed[r]) + self.bs - 1) // self.bs
+        return max(0, min(data, int(s.blocks_hbm[r])) - int(s.synced[r]) - int(s.syncing[r]))
+
+    def preempt(self, r: int, *, forced: bool, save_tail: bool) -> None:
+        """Make ``r`` a victim: return what it was given, free its blocks, copy out what fits."""
+        s = self.snap
+        self.tokens += int(self.sched[r])
+        self.free += int(self.alloc[r]) + int(s.blocks_hbm[r])
+        self.sched[r] = 0
+        self.alloc[r] = 0
+        self.seqs -= 1
+        unsynced = self.unsynced(r)
+        copy = min(unsynced, self.d2h, self.dram) if save_tail else 0
+        self.d2h -= copy
+        self.dram -= copy
+        self.victim[r] = True
+        self.victim_d2h[r] = copy
+        self.victim_mode[r] = VictimMode.SWAP if copy == unsynced else VictimMode.RECOMPUTE
+        self.forced[r] = forced
+
+    def growth(self, r: int, tokens: int) -> int:
+        s = self.snap
+        need = (int(s.num_computed[r]) + tokens + self.bs - 1) // self.bs - int(s.blocks_hbm[r])
+        return need if need > 0 else 0
+
+
+def _continue_loads(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
+    s = ctx.snap
+    rows = np.flatnonzero((s.h2d_pending > 0) & ~s.busy)
+    if rows.shape[0] == 0:
+        return
+    for r in spec.candidate_order(ctx, rows):
+        if w.h2d == 0:
+            return
+        n = min(int(s.h2d_pending[r]), w.h2d)
+        w.swap[r] = n
+        w.h2d -= n
+
+
+def _next_victim(order: np.ndarray, pos: int, w: _Work, exclude: int) -> tuple[int, int]:
+    """The next row of ``order`` from ``pos`` that is not yet a victim (and not ``exclude``)."""
+    while pos < order.shape[0]:
+        v = int(order[pos])
+        if not w.victim[v] and v != exclude:
+            return v, pos
+        pos += 1
+    return -1, pos
+
+
+def _serve_running(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
+    s = ctx.snap
+    rows = np.flatnonzero((s.phase == Phase.RUNNING) & (s.h2d_pending == 0) & ~s.busy)
+    if rows.shape[0] == 0:
+        return
+    to_compute = s.num_tokens[rows] - s.num_computed[rows]
+    rows = rows[to_compute > 0]
+    to_compute = s.num_tokens[rows] - s.num_computed[rows]
+    order = spec.running_order(ctx, rows)
+    if spec.decodes_first:
+        is_decode = (s.num_tokens[order] - s.num_computed[order]) == 1
+        order = np.concatenate([order[is_decode], order[~is_decode]])
+    # Fast path: every running request is a decode, all fit in memory and tokens: no decisions to make.
+    if np.all(to_compute == 1):
+        need = (s.num_computed[rows] + 1 + w.bs - 1) // w.bs - s.blocks_hbm[rows]
+        need = np.maximum(need, 0)
+        if int(need.sum()) <= w.free and rows.shape[0] <= w.tokens:
+            w.sched[rows] = 1
+            w.alloc[rows] = need
+            w.free -= int(need.sum())
+            w.tokens -= int(rows.shape[0])
+            return
+    victims = spec.victim_order(ctx, rows)
+    vpos = 0
+    for r in order.tolist():
+        if w.victim[r]:
+            continue
+        remaining = int(s.num_tokens[r] - s.num_computed[r])
+        tokens = 1 if remaining == 1 else min(remaining, w.tokens)
+        if tokens <= 0 or w.tokens <= 0:
+            break
+        need = w.growth(r, tokens)
+        while need > w.free:
+            v, vpos = _next_victim(victims, vpos, w, exclude=r)
+            if v < 0:  # nothing else to free: preempt the request itself, as vLLM does
+                w.preempt(r, forced=True, save_tail=spec.save_tail)
+                break
+            w.preempt(v, forced=True, save_tail=spec.save_tail)
+        if w.victim[r]:
+            continue
+        w.sched[r] = tokens
+        w.alloc[r] = need
+        w.free -= need
+        w.tokens -= tokens
+
+
+def _discretionary_victims(
+    ctx: Ctx, w: _Work, victims: np.ndarray, pos: int, need: int, vlt_c: float
+) -> tuple[list[int], int]:
+    """Victims from the tail of L that free ``need`` blocks, or ``[]`` if impossible. Pure lookup."""
+    s, p, vlt = ctx.snap, ctx.params, ctx.vlt
+    chosen: list[int] = []
+    freed = 0
+    d2h, dram = w.d2h, w.dram
+    while pos < victims.shape[0] and freed < need:
+        v = int(victims[pos])
+        if vlt[v] >= vlt_c:
+            break  # the tail is sorted ascending: no later row qualifies either
+        pos += 1
+        if w.victim[v] or s.residency[v] < p.min_residency or s.rotations[v] >= p.max_rotations:
+            continue
+        unsynced = w.unsynced(v)
+        if unsynced > d2h or unsynced > dram:
+            continue  # a discretionary rotation never drops KV
+        d2h -= unsynced
+        dram -= unsynced
+        freed += int(s.blocks_hbm[v]) + int(w.alloc[v])
+        chosen.append(v)
+    return (chosen, pos) if freed >= need else ([], pos)
+
+
+def _admit(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
+    s = ctx.snap
+    if not spec.admit_after_preempt and w.victim.any():
+        return
+    rows = np.flatnonzero((s.phase != Phase.RUNNING) & (s.blocks_hbm == 0) & ~s.busy)
+    if rows.shape[0] == 0:
+        return
+    floor = float(ctx.vlt[w.victim].max()) if (ctx.vlt is not None and w.victim.any()) else _NEG_INF
+    if spec.discretionary:
+        running = np.flatnonzero((s.phase == Phase.RUNNING) & (s.h2d_pending == 0) & ~s.busy)
+        victims = spec.victim_order(ctx, running)
+    vpos = 0
+    for c in spec.candidate_order(ctx, rows):
+        if w.seqs >= w.max_seqs:
+            return
+        if ctx.vlt is not None and ctx.vlt[c] <= floor:
+            return  # never admit below a request that was preempted this iteration
+        swap_in = int(s.blocks_dram[c]) > 0
+        if swap_in:
+            if w.h2d == 0:
+                if spec.discretionary:
+                    continue  # no link budget left: later waiting requests may still be computed
+                return
+            tokens, need, h2d = 0, int(s.blocks_dram[c]), min(int(s.blocks_dram[c]), w.h2d)
+        else:
+            remaining = int(s.num_tokens[c] - s.num_computed[c])
+            tokens = min(remaining, w.tokens)
+            if tokens <= 0:
+                if spec.discretionary:
+                    continue  # swap-ins need no tokens this iteration
+                return
+            need, h2d = w.growth(c, tokens), 0
+        if need > w.free:
+            if not spec.discretionary:
+                return
+            chosen, new_pos = _discretionary_victims(ctx, w, victims, vpos, need - w.free, float(ctx.vlt[c]))
+            if not chosen:
+                return
+            vpos = new_pos
+            for v in chosen:
+                w.preempt(v, forced=False, save_tail=True)
+            floor = max(floor, float(ctx.vlt[chosen].max()))
+        w.alloc[c] = need
+        w.free -= need
+        w.sched[c] = tokens
+        w.tokens -= tokens
+        w.swap[c] = h2d
+        w.h2d -= h2d
+        w.seqs += 1
+        w.admitted.append(c)
+
+
+def _eager_sync(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
+    s = ctx.snap
+    if not spec.eager_sync or w.d2h == 0 or w.dram == 0:
+        return
+    full = s.num_computed // w.bs
+    unsynced_full = np.minimum(full, s.blocks_hbm) - s.synced - s.syncing
+    rows = np.flatnonzero((unsynced_full > 0) & (s.phase == Phase.RUNNING) & ~w.victim & ~s.busy)
+    if rows.shape[0] == 0:
+        return
+    order = spec.victim_order(ctx, rows)  # likeliest victims first
+    want = unsynced_full[order]
+    budget = min(w.d2h, w.dram)
+    before = np.concatenate(([0], np.cumsum(want)[:-1]))
+    give = np.clip(budget - before, 0, want)
+    w.sync[order] = give
+    used = int(give.sum())
+    w.d2h -= used
+    w.dram -= used
+
+
+def fits_in_hbm(snap: Snapshot, cap: Capacity) -> bool:
+    """Design §3.2 step 0: every live request's blocks, grown by this step, fit in HBM."""
+    need = (snap.num_tokens + cap.block_size - 1) // cap.block_size - snap.blocks_hbm
+    return int(np.maximum(need, 0).sum()) <= cap.free_blocks
+
+
+def build_plan(ctx: Ctx, spec: PolicySpec) -> Plan:
+    """Run the four steps of one iteration for ``spec`` and package the result."""
+    token_budget = ctx.cap.token_budget
+    if spec.token_cap is not None:
+        token_budget = min(token_budget, spec.token_cap(ctx.params))
+    w = _Work(ctx.snap, ctx.cap, token_budget)
+    _continue_loads(ctx, spec, w)
+    _serve_running(ctx, spec, w)
+    _admit(ctx, spec, w)
+    _eager_sync(ctx, spec, w)
+    return _package(ctx, spec, w)
+
+
+def _package(ctx: Ctx, spec: PolicySpec, w: _Work) -> Plan:
+    ids = ctx.snap.req_id
+    sched = np.flatnonzero(w.sched)
+    alloc = np.flatnonzero(w.alloc)
+    swap = np.flatnonzero(w.swap)
+    vict = np.flatnonzero(w.victim)
+    sync = np.flatnonzero(w.sync)
+    return Plan(
+        policy=spec.name,
+        sched_ids=ids[sched],
+        sched_tokens=w.sched[sched],
+        alloc_ids=ids[alloc],
+        alloc_blocks=w.alloc[alloc],
+        swap_ids=ids[swap],
+        swap_blocks=w.swap[swap],
+        victim_ids=ids[vict],
+        victim_d2h=w.victim_d2h[vict],
+        victim_mode=w.victim_mode[vict],
+        victim_forced=w.forced[vict],
+        sync_ids=ids[sync],
+        sync_blocks=w.sync[sync],
+    )

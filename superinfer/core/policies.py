@@ -1,0 +1,190 @@
+"""The policies behind one interface: ``get_policy(name).plan(snapshot, capacity, params, tenants, now)``.
+
+============== ===================================================================================
+``fcfs``       vLLM V1 default: running requests in admission order, FCFS admission (preempted
+               requests first), chunked prefill, newest-first recompute preemption, nothing admitted
+               in a step that preempted. Also what ``vllm`` names in the benchmarks.
+``vllm-offload`` ``fcfs`` that stores full blocks to DRAM as they fill and reloads them on resume
+               instead of recomputing them (vLLM >= 0.33 ``--kv-offloading-size``); the unfinished
+               tail is recomputed.
+``priority``   vLLM's priority policy: admission by (priority, arrival); the victim is the running
+               request with the largest (priority, arrival).
+``sarathi``    stall-free batching: decodes first, prefill chunks within a small token budget.
+``sjf``        shortest predicted remaining output first (oracle plus rank noise, standing in for a
+               learned ranker); the victim is the longest predicted.
+``lvf``        RotaSched: Largest-VLT-First with rotation under the transfer budget; FCFS (exactly the
+               ``fcfs`` decisions, plus eager syncs) when every live request fits in HBM.
+============== ===================================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from superinfer.core.orders import fcfs_running, sort_rows, stream_desc
+from superinfer.core.planner import Ctx, PolicySpec, build_plan, fits_in_hbm
+from superinfer.core.types import Capacity, Params, Plan, Snapshot, TenantTable
+from superinfer.core.validate import validate_snapshot
+from superinfer.core.vlt import compute_vlt, rank_desc
+
+
+# ---- orderings ---------------------------------------------------------------------------------
+def _admission_order(ctx: Ctx, rows: np.ndarray) -> np.ndarray:
+    s = ctx.snap
+    return fcfs_running(s.t_run, s.t_arr, s.req_id, rows)
+
+
+def _newest_first(ctx: Ctx, rows: np.ndarray) -> np.ndarray:
+    return _admission_order(ctx, rows)[::-1]
+
+
+def _fcfs_candidates(ctx: Ctx, rows: np.ndarray) -> Iterator[int]:
+    """Preempted requests first (vLLM prepends them to the waiting queue), then by arrival."""
+    s = ctx.snap
+    preempted = rows[s.rotations[rows] > 0]
+    fresh = rows[s.rotations[rows] == 0]
+    yield from sort_rows(preempted, s.t_arr, s.req_id).tolist()
+    yield from stream_desc(-s.t_arr, fresh, s.t_arr, s.req_id)
+
+
+def _priority_candidates(ctx: Ctx, rows: np.ndarray) -> Iterator[int]:
+    s = ctx.snap
+    yield from stream_desc(-s.priority.astype(np.float64), rows, s.t_arr, s.req_id)
+
+
+def _priority_victims(ctx: Ctx, rows: np.ndarray) -> np.ndarray:
+    s = ctx.snap
+    return sort_rows(rows, s.priority, s.t_arr, s.req_id)[::-1]
+
+
+def _sjf_candidates(ctx: Ctx, rows: np.ndarray) -> Iterator[int]:
+    s = ctx.snap
+    yield from stream_desc(-s.pred_remaining, rows, s.t_arr, s.req_id)
+
+
+def _sjf_victims(ctx: Ctx, rows: np.ndarray) -> np.ndarray:
+    s = ctx.snap
+    return sort_rows(rows, s.pred_remaining, s.t_arr, s.req_id)[::-1]
+
+
+def _vlt_desc(ctx: Ctx, rows: np.ndarray) -> np.ndarray:
+    s = ctx.snap
+    return sort_rows(rows, -ctx.vlt, s.t_arr, s.req_id)
+
+
+def _vlt_asc(ctx: Ctx, rows: np.ndarray) -> np.ndarray:
+    return _vlt_desc(ctx, rows)[::-1]
+
+
+def _vlt_candidates(ctx: Ctx, rows: np.ndarray) -> Iterator[int]:
+    s = ctx.snap
+    yield from stream_desc(ctx.vlt, rows, s.t_arr, s.req_id)
+
+
+# ---- specs -------------------------------------------------------------------------------------
+FCFS = PolicySpec("fcfs", _admission_order, _newest_first, _fcfs_candidates)
+VLLM_OFFLOAD = PolicySpec(
+    "vllm-offload", _admission_order, _newest_first, _fcfs_candidates, eager_sync=True
+)
+PRIORITY = PolicySpec("priority", _admission_order, _priority_victims, _priority_candidates)
+SARATHI = PolicySpec(
+    "sarathi",
+    _admission_order,
+    _newest_first,
+    _fcfs_candidates,
+    decodes_first=True,
+    token_cap=lambda p: p.sarathi_token_budget,
+)
+SJF = PolicySpec("sjf", _admission_order, _sjf_victims, _sjf_candidates)
+LVF = PolicySpec(
+    "lvf",
+    _vlt_desc,
+    _vlt_asc,
+    _vlt_candidates,
+    decodes_first=True,
+    discretionary=True,
+    save_tail=True,
+    eager_sync=True,
+    admit_after_preempt=True,
+    uses_vlt=True,
+)
+# What LVF does when everything fits: FCFS decisions, but keep copying full blocks early so that the
+# next burst finds them synced.
+_LVF_FALLBACK = PolicySpec(
+    "lvf", _admission_order, _newest_first, _fcfs_candidates, eager_sync=True
+)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A named policy. ``plan`` validates its input unless ``validate=False``."""
+
+    spec: PolicySpec
+    fallback: PolicySpec | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def plan(
+        self,
+        snap: Snapshot,
+        cap: Capacity,
+        params: Params,
+        tenants: TenantTable,
+        now: float,
+        *,
+        validate: bool = True,
+    ) -> Plan:
+        if validate:
+            validate_snapshot(snap, cap, tenants)
+        ctx = Ctx(snap, cap, params, tenants, now)
+        if self.fallback is not None and fits_in_hbm(snap, cap):
+            plan = build_plan(ctx, self.fallback)
+            plan.fcfs_fallback = True
+        else:
+            if self.spec.uses_vlt:
+                ctx.vlt = compute_vlt(snap, tenants, params, now)
+            plan = build_plan(ctx, self.spec)
+        if self.spec.uses_vlt:
+            vlt = ctx.vlt if ctx.vlt is not None else compute_vlt(snap, tenants, params, now)
+            _attach_ranking(plan, snap, vlt)
+        return plan
+
+
+def _attach_ranking(plan: Plan, snap: Snapshot, vlt: np.ndarray) -> None:
+    """Keep every request's VLT for observability; ``Plan.ranking()`` sorts it when asked."""
+    plan.vlt_ids = snap.req_id
+    plan.vlt_values = vlt
+    plan.vlt_t_arr = snap.t_arr
+
+
+POLICIES: dict[str, Policy] = {
+    "fcfs": Policy(FCFS),
+    "vllm-offload": Policy(VLLM_OFFLOAD),
+    "priority": Policy(PRIORITY),
+    "sarathi": Policy(SARATHI),
+    "sjf": Policy(SJF),
+    "lvf": Policy(LVF, fallback=_LVF_FALLBACK),
+}
+ALIASES = {"vllm": "fcfs"}
+
+
+def get_policy(name: str) -> Policy:
+    """Look up a policy by name (``vllm`` is an alias of ``fcfs``)."""
+    key = ALIASES.get(name, name)
+    try:
+        return POLICIES[key]
+    except KeyError:
+        valid = sorted(set(POLICIES) | set(ALIASES))
+        raise ValueError(f"policy: unknown policy {name!r}; valid: {', '.join(valid)}") from None
+
+
+def ranking(snap: Snapshot, tenants: TenantTable, params: Params, now: float) -> tuple[np.ndarray, np.ndarray]:
+    """(request ids, VLT) largest VLT first: what LVF serves first."""
+    vlt = compute_vlt(snap, tenants, params, now)
+    order = rank_desc(vlt, snap.t_arr, snap.req_id)
+    return snap.req_id[order], vlt[order]

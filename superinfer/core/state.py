@@ -1,0 +1,367 @@
+"""The engine-side state a policy plans over: a request table plus the KV ledger.
+
+The simulator and the property tests drive a request through its life with four calls per iteration::
+
+    plan = policy.plan(state.snapshot(now), state.capacity(...), params, tenants, now)
+    moves = state.apply(plan, now)           # blocks change hands; returns the copies to make
+    ...                                      # the engine spends time computing and copying
+    state.complete_transfers()               # copies issued this iteration have finished
+    done = state.advance(plan, t_end)        # scheduled tokens computed; outputs sampled
+
+Columns are numpy arrays indexed by a row slot, so a snapshot of 10,000 live requests is a handful of
+fancy-index copies, not a Python loop. Invariants (``check()``): every request that ever arrived is
+live, finished or rejected-with-reason; live rows mirror the ledger's block counts; a request with
+computed tokens holds them in HBM or DRAM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from superinfer.core.blocks import KVLedger
+from superinfer.core.types import Capacity, Phase, Plan, Snapshot, blocks_for
+
+_I64 = (
+    "req_id",
+    "tenant",
+    "num_prompt",
+    "num_tokens",
+    "num_computed",
+    "outputs",
+    "target_output",
+    "blocks_hbm",
+    "blocks_dram",
+    "synced",
+    "syncing",
+    "h2d_pending",
+    "residency",
+    "rotations",
+    "priority",
+)
+_F64 = ("t_arr", "t_last", "t_run", "t_first", "pred_remaining")
+
+
+@dataclass
+class Moves:
+    """The copies one plan asks for, as (source id, destination id) block pairs per kind."""
+
+    swap_in: list[tuple[int, int]] = field(default_factory=list)  # host -> device
+    swap_out: list[tuple[int, int]] = field(default_factory=list)  # device -> host (victim tails)
+    sync: list[tuple[int, int]] = field(default_factory=list)  # device -> host (eager)
+
+    @property
+    def h2d_blocks(self) -> int:
+        return len(self.swap_in)
+
+    @property
+    def d2h_blocks(self) -> int:
+        return len(self.swap_out) + len(self.sync)
+
+
+@dataclass
+class Finished:
+    """What the engine reports about a request that left."""
+
+    req_id: int
+    tenant: int
+    t_arr: float
+    t_first: float
+    t_end: float
+    outputs: int
+    rotations: int
+
+
+@dataclass
+class Counters:
+    arrived: int = 0
+    finished: int = 0
+    rejected: int = 0
+    aborted: int = 0
+    preemptions: int = 0
+    rotations: int = 0
+    recompute_fallbacks: int = 0
+    swap_ins: int = 0
+    h2d_blocks: int = 0
+    d2h_blocks: int = 0
+
+
+class EngineState:
+    """Request table and KV ledger for one engine."""
+
+    def __init__(self, hbm_blocks: int, dram_blocks: int, block_size: int, *, grow: int = 1024) -> None:
+        if block_size < 1:
+            raise ValueError(f"block_size: must be >= 1, got {block_size}")
+        self.block_size = block_size
+        self.ledger = KVLedger(hbm_blocks, dram_blocks)
+        self.counters = Counters()
+        self.rejections: list[tuple[int, str]] = []
+        self._cap = 0
+        self._cols: dict[str, np.ndarray] = {}
+        self._grow(max(grow, 16))
+        self._row: dict[int, int] = {}
+        self._free_rows: list[int] = list(range(self._cap - 1, -1, -1))
+        self._live = np.zeros(self._cap, np.bool_)
+        self._live_rows: np.ndarray | None = None
+        self.max_rotations_seen = 0
+
+    # ---- table plumbing ----------------------------------------------------------------------
+    def _grow(self, new_cap: int) -> None:
+        for name in _I64 + _F64 + ("phase", "busy"):
+            dtype = np.int64 if name in _I64 else np.float64 if name in _F64 else np.int8 if name == "phase" else np.bool_
+            col = np.zeros(new_cap, dtype)
+            if name in self._cols:
+                col[: self._cap] = self._cols[name]
+            self._cols[name] = col
+            setattr(self, name, col)
+        if self._cap:
+            live = np.zeros(new_cap, np.bool_)
+            live[: self._cap] = self._live
+            self._live = live
+            self._free_rows = list(range(new_cap - 1, self._cap - 1, -1)) + self._free_rows
+        self._cap = new_cap
+
+    def live_rows(self) -> np.ndarray:
+        if self._live_rows is None:
+            self._live_rows = np.flatnonzero(self._live)
+        return self._live_rows
+
+    def __len__(self) -> int:
+        return len(self._row)
+
+    def row_of(self, req_id: int) -> int:
+        return self._row[req_id]
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def add(
+        self,
+        req_id: int,
+        t_arr: float,
+        prompt_tokens: int,
+        max_output: int,
+        *,
+        tenant: int = 0,
+        priority: int = 0,
+        pred_remaining: float = 0.0,
+        max_model_len: int | None = None,
+    ) -> bool:
+        """Admit a request to the queue; returns False (and records why) if it can never run."""
+        self.counters.arrived += 1
+        reason = None
+        if prompt_tokens < 1 or max_output < 1:
+            reason = f"prompt_tokens and max_output must be >= 1 (got {prompt_tokens}, {max_output})"
+        elif req_id in self._row:
+            reason = f"duplicate request id {req_id}"
+        else:
+            need = blocks_for(prompt_tokens + max_output - 1, self.block_size)
+            if need > self.ledger.hbm.num_blocks:
+                reason = f"needs {need} KV blocks, HBM holds {self.ledger.hbm.num_blocks}"
+            elif max_model_len is not None and prompt_tokens + max_output > max_model_len:
+                reason = f"prompt {prompt_tokens} + output {max_output} exceeds max_model_len {max_model_len}"
+        if reason is not None:
+            self.counters.rejected += 1
+            self.rejections.append((req_id, reason))
+            return False
+        if not self._free_rows:
+            self._grow(self._cap * 2)
+        r = self._free_rows.pop()
+        self._row[req_id] = r
+        self._live[r] = True
+        self._live_rows = None
+        c = self._cols
+        for name in _I64 + _F64:
+            c[name][r] = 0
+        c["req_id"][r] = req_id
+        c["tenant"][r] = tenant
+        c["num_prompt"][r] = prompt_tokens
+        c["num_tokens"][r] = prompt_tokens
+        c["target_output"][r] = max_output
+        c["residency"][r] = 1 << 30
+        c["priority"][r] = priority
+        c["t_arr"][r] = c["t_last"][r] = c["t_run"][r] = t_arr
+        c["t_first"][r] = np.nan
+        c["pred_remaining"][r] = pred_remaining
+        c["phase"][r] = Phase.WAITING
+        c["busy"][r] = False
+        return True
+
+    def _remove(self, r: int) -> None:
+        rid = int(self.req_id[r])
+        self.ledger.free(rid)
+        del self._row[rid]
+        self._live[r] = False
+        self._live_rows = None
+        self._free_rows.append(r)
+
+    def abort(self, req_id: int) -> None:
+        """Drop a request wherever it is; both tiers are freed."""
+        r = self._row.get(req_id)
+        if r is None:
+            raise KeyError(f"abort: unknown request {req_id}")
+        self.counters.aborted += 1
+        self._remove(r)
+
+    # ---- planning inputs ---------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        rows = self.live_rows()
+        return Snapshot(
+            req_id=self.req_id[rows],
+            phase=self.phase[rows],
+            t_arr=self.t_arr[rows],
+            t_last=self.t_last[rows],
+            t_run=self.t_run[rows],
+            tenant=self.tenant[rows],
+            num_tokens=self.num_tokens[rows],
+            num_computed=self.num_computed[rows],
+            blocks_hbm=self.blocks_hbm[rows],
+            blocks_dram=self.blocks_dram[rows],
+            synced=self.synced[rows],
+            syncing=self.syncing[rows],
+            h2d_pending=self.h2d_pending[rows],
+            residency=self.residency[rows],
+            rotations=self.rotations[rows],
+            priority=self.priority[rows],
+            pred_remaining=self.pred_remaining[rows],
+            busy=self.busy[rows],
+        )
+
+    def capacity(self, b_xfer: int, token_budget: int, max_num_seqs: int) -> Capacity:
+        return Capacity(
+            hbm_blocks=self.ledger.hbm.num_blocks,
+            free_blocks=self.ledger.hbm.free,
+            b_xfer=b_xfer,
+            token_budget=token_budget,
+            max_num_seqs=max_num_seqs,
+            block_size=self.block_size,
+            dram_free_blocks=self.ledger.dram.free,
+        )
+
+    # ---- applying a plan ---------------------------------------------------------------------
+    def _sync_counts(self, r: int) -> None:
+        dev, host, synced = self.ledger.blocks(int(self.req_id[r]))
+        self.blocks_hbm[r] = dev
+        self.blocks_dram[r] = host
+        self.synced[r] = synced
+        self.syncing[r] = self.ledger.syncing.get(int(self.req_id[r]), 0)
+
+    def apply(self, plan: Plan, now: float, *, lossless_victims: bool = False) -> Moves:
+        """Move blocks as ``plan`` says. ``lossless_victims``: count dropped KV as a recompute fallback."""
+        moves = Moves()
+        led, bs, c = self.ledger, self.block_size, self.counters
+        row = self._row
+        for rid, d2h in zip(plan.victim_ids.tolist(), plan.victim_d2h.tolist()):
+            r = row[rid]
+            keep = int(self.synced[r] + self.syncing[r] + d2h)
+            moves.swap_out.extend(led.swap_out(rid, d2h, keep))
+            self._sync_counts(r)
+            kept_tokens = int(self.blocks_dram[r]) * bs
+            if kept_tokens < self.num_computed[r]:
+                self.num_computed[r] = kept_tokens
+                if lossless_victims:
+                    c.recompute_fallbacks += 1
+            self.phase[r] = Phase.ROTARY if self.outputs[r] > 0 else Phase.WAITING
+            self.rotations[r] += 1
+            self.max_rotations_seen = max(self.max_rotations_seen, int(self.rotations[r]))
+            self.residency[r] = 0
+            c.preemptions += 1
+            if self.blocks_dram[r] > 0:
+                c.rotations += 1
+        for rid, n in zip(plan.swap_ids.tolist(), plan.swap_blocks.tolist()):
+            r = row[rid]
+            if self.blocks_hbm[r] == 0:  # a new swap-in: reserve all its blocks now
+                moves.swap_in.extend(led.start_swap_in(rid, n))
+                self.h2d_pending[r] = int(self.blocks_dram[r]) - n
+                c.swap_ins += 1
+            else:
+                done = int(self.blocks_dram[r] - self.h2d_pending[r])
+                moves.swap_in.extend(led.continue_swap_in(rid, done, n))
+                self.h2d_pending[r] -= n
+            self._sync_counts(r)
+        swapping = set(plan.swap_ids.tolist())
+        for rid, n in zip(plan.alloc_ids.tolist(), plan.alloc_blocks.tolist()):
+            if rid in swapping:
+                continue  # the swap-in reservation was made above
+            r = row[rid]
+            led.grow(rid, n)
+            self.blocks_hbm[r] += n
+        for rid in plan.sched_ids.tolist():
+            r = row[rid]
+            if self.phase[r] != Phase.RUNNING:
+                self.phase[r] = Phase.RUNNING
+                self.t_run[r] = now
+                self.residency[r] = 1 << 30
+        for rid, n in zip(plan.sync_ids.tolist(), plan.sync_blocks.tolist()):
+            r = row[rid]
+            moves.sync.extend(led.start_sync(rid, n))
+            self.syncing[r] += n
+            self.blocks_dram[r] += n
+        c.h2d_blocks += moves.h2d_blocks
+        c.d2h_blocks += moves.d2h_blocks
+        return moves
+
+    def complete_transfers(self, now: float) -> None:
+        """Every copy issued so far has finished: syncs count as synced, loaded swap-ins run."""
+        rows = self.live_rows()
+        syncing = rows[self.syncing[rows] > 0]
+        for r in syncing.tolist():
+            self.ledger.complete_sync(int(self.req_id[r]))
+            self.synced[r] += self.syncing[r]
+            self.syncing[r] = 0
+        loading = rows[(self.phase[rows] != Phase.RUNNING) & (self.blocks_hbm[rows] > 0) & (self.h2d_pending[rows] == 0)]
+        for r in loading.tolist():
+            self.ledger.complete_swap_in(int(self.req_id[r]))
+            self.synced[r] = self.blocks_dram[r]
+            self.phase[r] = Phase.RUNNING
+            self.t_run[r] = now
+            self.residency[r] = 0
+
+    def advance(self, plan: Plan, t_end: float) -> list[Finished]:
+        """The scheduled tokens were computed by ``t_end``; sample outputs, retire finished requests."""
+        done: list[Finished] = []
+        if plan.sched_ids.shape[0]:
+            rows = np.fromiter((self._row[i] for i in plan.sched_ids.tolist()), np.int64, plan.sched_ids.shape[0])
+            self.num_computed[rows] += plan.sched_tokens
+            sampled = rows[self.num_computed[rows] == self.num_tokens[rows]]
+            self.outputs[sampled] += 1
+            self.t_last[sampled] = t_end
+            first = sampled[np.isnan(self.t_first[sampled])]
+            self.t_first[first] = t_end
+            finished = sampled[self.outputs[sampled] >= self.target_output[sampled]]
+            self.num_tokens[sampled[self.outputs[sampled] < self.target_output[sampled]]] += 1
+            for r in finished.tolist():
+                done.append(
+                    Finished(
+                        int(self.req_id[r]),
+                        int(self.tenant[r]),
+                        float(self.t_arr[r]),
+                        float(self.t_first[r]),
+                        t_end,
+                        int(self.outputs[r]),
+                        int(self.rotations[r]),
+                    )
+                )
+                self._remove(r)
+            self.counters.finished += len(done)
+        rows = self.live_rows()
+        self.residency[rows] = np.minimum(self.residency[rows] + 1, 1 << 30)
+        return done
+
+    # ---- invariants --------------------------------------------------------------------------
+    def check(self) -> None:
+        """Raise ``RuntimeError`` if the table and ledger disagree or a request was lost."""
+        self.ledger.check()
+        c = self.counters
+        if c.arrived != c.finished + c.rejected + c.aborted + len(self._row):
+            raise RuntimeError(
+                f"conservation: arrived {c.arrived} != finished {c.finished} + rejected {c.rejected} "
+                f"+ aborted {c.aborted} + live {len(self._row)}"
+            )
+        for rid, r in self._row.items():
+            dev, host, synced = self.ledger.blocks(rid)
+            if (dev, host, synced) != (self.blocks_hbm[r], self.blocks_dram[r], self.synced[r]):
+                raise RuntimeError(f"request {rid}: table ({self.blocks_hbm[r]}, {self.blocks_dram[r]}, "
+                                   f"{self.synced[r]}) != ledger ({dev}, {host}, {synced})")
+            held = (dev + host) * self.block_size
+            if self.num_computed[r] > held:
+                raise RuntimeError(f"request {rid}: {self.num_computed[r]} computed tokens but KV for {held}")

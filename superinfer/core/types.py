@@ -1,0 +1,323 @@
+"""Plain data the scheduler core takes and returns. No torch, no vLLM.
+
+A :class:`Snapshot` is a struct of arrays, one row per live request, built by an engine adapter (the
+simulator or the vLLM plugin). A :class:`Plan` is what a policy returns for one iteration.
+
+Block vocabulary (design §3–§4):
+
+* ``blocks_hbm``: device blocks the request holds now (its KV, plus blocks reserved for a swap-in in
+  progress).
+* ``blocks_dram``: host blocks holding copies of its KV.
+* ``synced``: how many of its first device blocks have a *completed* host copy. Eager sync proceeds in
+  block order, so the synced blocks are always a prefix; ``synced <= min(blocks_hbm, blocks_dram)``.
+* ``syncing``: device blocks whose host copy is issued but not finished (the next after ``synced``).
+* ``h2d_pending``: blocks of a swap-in that still have to be issued host-to-device. Such a request holds
+  ``blocks_hbm`` already; it is neither schedulable nor a victim until the copy completes.
+* ``busy``: a transfer of this request is in flight; the planner leaves it alone this iteration.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from enum import IntEnum
+
+import numpy as np
+
+
+class Phase(IntEnum):
+    """Phase of a live request, as VLT sees it (design §3.1)."""
+
+    WAITING = 0  # no output token yet (new, or preempted before its first token)
+    ROTARY = 1  # has output tokens; KV not (fully) in HBM
+    RUNNING = 2  # KV in HBM, in the batch
+
+
+class VictimMode(IntEnum):
+    """What happens to a preempted request's KV."""
+
+    SWAP = 0  # everything it had is kept: synced blocks stay in DRAM, the unsynced tail is copied out
+    RECOMPUTE = 1  # some or all of its KV is dropped and will be recomputed
+
+
+def blocks_for(tokens: np.ndarray | int, block_size: int) -> np.ndarray | int:
+    """Blocks needed to hold ``tokens`` tokens of KV."""
+    return (tokens + block_size - 1) // block_size
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """A tenant's SLOs and weight. SLOs in seconds; ``weight >= 1`` scales lag (design §3.1)."""
+
+    name: str = "default"
+    ttft_slo: float = 5.0
+    tbt_slo: float = 0.1
+    weight: float = 1.0
+    priority: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_slo", "tbt_slo"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"tenant {self.name!r}: {name} must be a finite number > 0, got {value!r}")
+        if not math.isfinite(self.weight) or self.weight < 1:
+            raise ValueError(f"tenant {self.name!r}: weight must be >= 1, got {self.weight!r}")
+
+
+class TenantTable:
+    """Tenants indexed by position; the snapshot's ``tenant`` column holds these indices."""
+
+    def __init__(self, tenants: list[Tenant] | None = None) -> None:
+        tenants = list(tenants) if tenants else [Tenant()]
+        names = [t.name for t in tenants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tenants: duplicate tenant names in {names}")
+        self.tenants = tenants
+        self.index = {t.name: i for i, t in enumerate(tenants)}
+        self.ttft_slo = np.array([t.ttft_slo for t in tenants], dtype=np.float64)
+        self.tbt_slo = np.array([t.tbt_slo for t in tenants], dtype=np.float64)
+        self.weight = np.array([t.weight for t in tenants], dtype=np.float64)
+
+    def __len__(self) -> int:
+        return len(self.tenants)
+
+    def lookup(self, name: str) -> int:
+        try:
+            return self.index[name]
+        except KeyError:
+            raise ValueError(f"tenant: unknown tenant {name!r}; known: {sorted(self.index)}") from None
+
+
+# Bounds for the live-tunable knobs; the daemon's PUT /v1/params and the tuner use the same table.
+PARAM_BOUNDS: dict[str, tuple[float, float]] = {
+    "alpha": (0.0, 100.0),
+    "delta_b": (-10.0, 10.0),
+    "delta_f": (-60.0, 60.0),
+    "min_residency": (0, 10_000),
+    "max_rotations": (0, 1_000_000),
+}
+
+
+@dataclass(frozen=True)
+class Params:
+    """Scheduler knobs (design §3.1 and §3.2 guards). Paper main setting: α=3, δ_B=0, δ_F=0.5."""
+
+    alpha: float = 3.0
+    delta_b: float = 0.0
+    delta_f: float = 0.5
+    min_residency: int = 4  # iterations after a swap-in before a request may be a discretionary victim
+    max_rotations: int = 64  # discretionary rotations per request, against starvation
+    sarathi_token_budget: int = 512  # the stall-free budget of the `sarathi` baseline
+
+    def __post_init__(self) -> None:
+        for name, (lo, hi) in PARAM_BOUNDS.items():
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or not lo <= value <= hi:
+                raise ValueError(f"params: {name} must be within [{lo}, {hi}], got {value!r}")
+        if self.sarathi_token_budget < 1:
+            raise ValueError(f"params: sarathi_token_budget must be >= 1, got {self.sarathi_token_budget!r}")
+
+    def replace(self, **changes: float) -> "Params":
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        unknown = set(changes) - set(values)
+        if unknown:
+            raise ValueError(f"params: unknown parameter(s) {sorted(unknown)}")
+        values.update(changes)
+        return Params(**values)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Per-iteration resources. ``b_xfer`` is blocks per iteration per direction (design §4)."""
+
+    hbm_blocks: int
+    free_blocks: int
+    b_xfer: int
+    token_budget: int
+    max_num_seqs: int
+    block_size: int
+    dram_free_blocks: int = 0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"capacity: {f.name} must be an integer, got {value!r}")
+            if value < 0:
+                raise ValueError(f"capacity: {f.name} must be >= 0, got {value}")
+        for name in ("block_size", "token_budget", "max_num_seqs", "hbm_blocks"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"capacity: {name} must be >= 1, got {getattr(self, name)}")
+        if self.free_blocks > self.hbm_blocks:
+            raise ValueError(f"capacity: free_blocks {self.free_blocks} > hbm_blocks {self.hbm_blocks}")
+
+
+_INT_COLUMNS = (
+    "req_id",
+    "tenant",
+    "num_tokens",
+    "num_computed",
+    "blocks_hbm",
+    "blocks_dram",
+    "synced",
+    "syncing",
+    "h2d_pending",
+    "residency",
+    "rotations",
+    "priority",
+)
+_FLOAT_COLUMNS = ("t_arr", "t_last", "t_run", "pred_remaining")
+
+
+@dataclass
+class Snapshot:
+    """One row per live request. Build with :meth:`from_columns`; validate with ``validate``.
+
+    ``num_tokens`` is prompt plus output tokens so far (all need KV after this step);
+    ``num_computed`` the tokens whose KV exists in HBM or DRAM. ``to_compute = num_tokens -
+    num_computed`` is 1 for a decode step and more for a (re)prefill. ``t_*`` are seconds on the
+    engine's clock; ``pred_remaining`` is the `sjf` baseline's predicted remaining output tokens.
+    """
+
+    req_id: np.ndarray
+    phase: np.ndarray
+    t_arr: np.ndarray
+    t_last: np.ndarray
+    t_run: np.ndarray
+    tenant: np.ndarray
+    num_tokens: np.ndarray
+    num_computed: np.ndarray
+    blocks_hbm: np.ndarray
+    blocks_dram: np.ndarray
+    synced: np.ndarray
+    syncing: np.ndarray
+    h2d_pending: np.ndarray
+    residency: np.ndarray
+    rotations: np.ndarray
+    priority: np.ndarray
+    pred_remaining: np.ndarray
+    busy: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.req_id.shape[0])
+
+    @classmethod
+    def from_columns(cls, **columns: object) -> "Snapshot":
+        """Build from array-likes. Missing optional columns get neutral defaults."""
+        if "req_id" not in columns:
+            raise ValueError("snapshot: req_id column is required")
+        n = len(np.asarray(columns["req_id"]))
+        defaults: dict[str, object] = {
+            "tenant": 0,
+            "blocks_dram": 0,
+            "synced": 0,
+            "syncing": 0,
+            "h2d_pending": 0,
+            "residency": 1 << 30,
+            "rotations": 0,
+            "priority": 0,
+            "pred_remaining": 0.0,
+            "busy": False,
+        }
+        unknown = set(columns) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"snapshot: unknown column(s) {sorted(unknown)}")
+        out: dict[str, np.ndarray] = {}
+        for f in fields(cls):
+            if f.name in columns:
+                raw = columns[f.name]
+            elif f.name in defaults:
+                raw = defaults[f.name]
+            else:
+                raise ValueError(f"snapshot: column {f.name} is required")
+            if f.name in _INT_COLUMNS:
+                dtype = np.int64
+            elif f.name in _FLOAT_COLUMNS:
+                dtype = np.float64
+            elif f.name == "phase":
+                dtype = np.int8
+            else:
+                dtype = np.bool_
+            arr = np.asarray(raw)
+            if arr.ndim == 0:
+                arr = np.full(n, arr)
+            if arr.shape != (n,):
+                raise ValueError(f"snapshot: column {f.name} has shape {arr.shape}, expected ({n},)")
+            if dtype is np.int64 and arr.dtype.kind == "f":
+                if not np.all(np.isfinite(arr)) or np.any(arr != np.floor(arr)):
+                    bad = int(np.flatnonzero(~np.isfinite(arr) | (arr != np.floor(arr)))[0])
+                    raise ValueError(f"{f.name}: expected integers, got {arr[bad]!r} at row {bad}")
+            out[f.name] = arr.astype(dtype, copy=False)
+        return cls(**out)
+
+    def take(self, index: np.ndarray) -> "Snapshot":
+        """Rows ``index`` of this snapshot (a copy)."""
+        return Snapshot(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+
+@dataclass
+class Plan:
+    """A policy's decisions for one iteration. All id arrays hold request ids (``Snapshot.req_id``).
+
+    * ``sched_ids/sched_tokens``: requests computing this iteration and how many tokens each.
+    * ``alloc_ids/alloc_blocks``: new device blocks each request gets this iteration (growth,
+      admission, or the whole reservation of a swap-in).
+    * ``swap_ids/swap_blocks``: host-to-device blocks issued this iteration (new or continued swap-ins).
+    * ``victim_ids/victim_d2h/victim_mode/victim_forced``: preempted requests, the unsynced blocks each
+      copies out, whether any KV is dropped (recompute), whether memory forced it.
+    * ``sync_ids/sync_blocks``: eager device-to-host copies of full blocks.
+    * ``vlt_ids/vlt_values/vlt_t_arr``: every live request's VLT in snapshot row order (empty for
+      policies that do not rank by VLT); :meth:`ranking` sorts them largest first on demand, so the
+      planner's hot path never pays for a full sort.
+    """
+
+    policy: str
+    fcfs_fallback: bool = False
+    sched_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    sched_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    alloc_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    alloc_blocks: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    swap_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    swap_blocks: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    victim_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    victim_d2h: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    victim_mode: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    victim_forced: np.ndarray = field(default_factory=lambda: np.zeros(0, np.bool_))
+    sync_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    sync_blocks: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    vlt_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    vlt_values: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
+    vlt_t_arr: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
+
+    def ranking(self, top: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(request ids, VLT), largest VLT first; ties to the earlier arrival, then the smaller id."""
+        order = np.lexsort((self.vlt_ids, self.vlt_t_arr, -self.vlt_values))
+        if top is not None:
+            order = order[:top]
+        return self.vlt_ids[order], self.vlt_values[order]
+
+    @property
+    def h2d_blocks(self) -> int:
+        return int(self.swap_blocks.sum())
+
+    @property
+    def d2h_blocks(self) -> int:
+        return int(self.victim_d2h.sum() + self.sync_blocks.sum())
+
+    @property
+    def num_scheduled_tokens(self) -> int:
+        return int(self.sched_tokens.sum())
+
+    def decisions(self) -> tuple:
+        """The scheduling decisions (everything but eager syncs and ranking), for comparisons."""
+        return (
+            tuple(self.sched_ids.tolist()),
+            tuple(self.sched_tokens.tolist()),
+            tuple(self.alloc_ids.tolist()),
+            tuple(self.alloc_blocks.tolist()),
+            tuple(self.swap_ids.tolist()),
+            tuple(self.swap_blocks.tolist()),
+            tuple(self.victim_ids.tolist()),
+            tuple(self.victim_d2h.tolist()),
+            tuple(self.victim_mode.tolist()),
+        )
