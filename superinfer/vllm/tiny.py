@@ -56,7 +56,7 @@ def build_tiny_llama(
     num_hidden_layers: int = 2,
     intermediate_size: int = 256,
     max_position_embeddings: int = 1024,
-    dtype: str = "bfloat16",
+    dtype: str = "float32",
 ) -> Path:
     """Write a tiny random Llama model and tokenizer to ``out_dir`` and return the directory.
 

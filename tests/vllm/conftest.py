@@ -1,0 +1,156 @@
+"""Shared fixtures for the real-engine (vLLM on CPU) tests.
+
+The engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so tests can reach the
+scheduler object; one engine is built per configuration and shut down before the next one, because
+vLLM keeps a process-wide distributed state.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# vLLM reads these when the engine starts; set them before any engine exists. Offline always.
+VLLM_TEST_ENV: dict[str, str] = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # engine core in-process: the scheduler is inspectable
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB; with num_gpu_blocks_override only that many are used
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # do not pin the pytest process to cores
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+
+def make_prompts(n: int) -> list[str]:
+    """``n`` distinct short prompts (~25 tokens each with the tiny tokenizer)."""
+    return [
+        f"request {i}: the quick brown fox jumps over the lazy dog while the scheduler parks block {i * 7}"
+        for i in range(n)
+    ]
+
+
+@dataclass
+class EngineRun:
+    """What one engine configuration produced on the fixed workload."""
+
+    token_ids: list[list[int]]
+    finish_reasons: list[str | None]
+    num_preemptions: int  # vllm:num_preemptions counter (stock metrics)
+    scheduler: Any  # the in-process scheduler object, for subclass counters
+    num_gpu_blocks: int
+    load_s: float
+    generate_s: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@contextmanager
+def _env(values: dict[str, str]) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run_engine(
+    model_dir: Path,
+    *,
+    prompts: Sequence[str],
+    max_tokens: int,
+    num_gpu_blocks: int = 32,
+    block_size: int = 32,
+    max_model_len: int = 512,
+    dtype: str = "float32",
+    **llm_kwargs: Any,
+) -> EngineRun:
+    """Start an in-process vLLM engine on CPU, greedy-decode ``prompts``, shut it down."""
+    with _env(VLLM_TEST_ENV):
+        from vllm import LLM, SamplingParams
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        t0 = time.perf_counter()
+        llm = LLM(
+            model=str(model_dir),
+            dtype=dtype,
+            seed=0,
+            block_size=block_size,
+            max_model_len=max_model_len,
+            num_gpu_blocks_override=num_gpu_blocks,
+            enforce_eager=True,  # no torch.compile: seconds instead of minutes
+            disable_log_stats=False,  # keep the stock counters (vllm:num_preemptions)
+            **llm_kwargs,
+        )
+        try:
+            t1 = time.perf_counter()
+            params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+            outs = llm.generate(list(prompts), params, use_tqdm=False)
+            t2 = time.perf_counter()
+            metrics = {m.name: m for m in llm.get_metrics()}
+            core = llm.llm_engine.engine_core
+            inner = getattr(core, "engine_core", None)
+            if inner is None:
+                raise RuntimeError(
+                    f"engine core is not in-process ({type(core).__name__}); "
+                    "VLLM_ENABLE_V1_MULTIPROCESSING=0 did not take effect"
+                )
+            scheduler = inner.scheduler
+            return EngineRun(
+                token_ids=[list(o.outputs[0].token_ids) for o in outs],
+                finish_reasons=[o.outputs[0].finish_reason for o in outs],
+                num_preemptions=int(metrics["vllm:num_preemptions"].value),
+                scheduler=scheduler,
+                num_gpu_blocks=scheduler.kv_cache_config.num_blocks,
+                load_s=t1 - t0,
+                generate_s=t2 - t1,
+            )
+        finally:
+            llm.llm_engine.engine_core.shutdown()
+            del llm
+            gc.collect()
+            cleanup_dist_env_and_memory()
+
+
+@pytest.fixture(scope="session")
+def prompts_for() -> Callable[[int], list[str]]:
+    """:func:`make_prompts`, for test modules (they cannot import this conftest)."""
+    return make_prompts
+
+
+@pytest.fixture(scope="session")
+def run_vllm(vllm_ok: None) -> Callable[..., EngineRun]:
+    """The :func:`run_engine` helper (vLLM installed and supported)."""
+    return run_engine
+
+
+@pytest.fixture(scope="session")
+def vllm_ok() -> None:
+    """Skip when no vLLM is installed; fail loudly on an unsupported version."""
+    pytest.importorskip("vllm")
+    from superinfer.vllm.compat import check_vllm_version
+
+    check_vllm_version()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama built once per session, with no network."""
+    from superinfer.vllm.tiny import build_tiny_llama
+
+    with _env(VLLM_TEST_ENV):
+        return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), seed=0)
