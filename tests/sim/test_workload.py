@@ -311,3 +311,10 @@ def test_workload_validation():
         Workload(arrival_s=[1.0, 0.0], prompt_tokens=[1, 1], output_tokens=[1, 1], tenant_ids=[0, 0])
     with pytest.raises(WorkloadError, match=">= 1"):
         Workload(arrival_s=[0.0], prompt_tokens=[0], output_tokens=[1], tenant_ids=[0])
+
+
+def test_mooncake_detected_whatever_the_extension(tmp_path):
+    p = _write(tmp_path, "m.json", '{"timestamp": 0, "input_length": 5, "output_length": 2}\n'
+               '{"timestamp": 1500, "input_length": 5, "output_length": 2}\n')
+    assert detect_format(p) == "mooncake"
+    assert read_trace(p).arrival_s.tolist() == [0.0, 1.5]

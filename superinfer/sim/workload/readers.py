@@ -17,8 +17,9 @@ Accepted inputs (docs/workloads.md has examples):
 * **sharegpt** JSON (a list of objects) or JSONL (one object a line) with token lengths. Prompt
   length: one of ``prompt_len``, ``input_len``, ``input_length``, ``prompt_tokens``,
   ``num_prefill_tokens``; output length: one of ``output_len``, ``output_length``, ``output_tokens``,
-  ``completion_tokens``, ``num_decode_tokens``; optional arrival in seconds: ``arrival_s``,
-  ``arrived_at`` or ``timestamp``; optional ``tenant``. Raw ShareGPT (``conversations`` only, no
+  ``completion_tokens``, ``num_decode_tokens``; optional arrival in seconds: ``arrival_s`` or
+  ``arrived_at``; optional ``tenant``. A JSONL whose first record has ``timestamp``, ``input_length``
+  and ``output_length`` is read as Mooncake (milliseconds), whatever its extension. Raw ShareGPT (``conversations`` only, no
   lengths) is refused: it needs a tokenizer, which the simulator does not ship.
 """
 
@@ -45,7 +46,7 @@ BURSTGPT_HEADER = ("Timestamp", "Model", "Request tokens", "Response tokens", "T
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 PROMPT_KEYS = ("prompt_len", "input_len", "input_length", "prompt_tokens", "num_prefill_tokens")
 OUTPUT_KEYS = ("output_len", "output_length", "output_tokens", "completion_tokens", "num_decode_tokens")
-ARRIVAL_KEYS = ("arrival_s", "arrived_at", "timestamp")
+ARRIVAL_KEYS = ("arrival_s", "arrived_at")  # not "timestamp": that is Mooncake's, in milliseconds
 
 
 @dataclass
@@ -373,7 +374,7 @@ def detect_format(path: str | os.PathLike[str]) -> str:
         raise WorkloadError(f"{p}:1: unrecognised CSV header {first_line.strip()!r}; expected an Azure header "
                             f"({' or '.join(','.join(h) for h in AZURE_HEADERS)}) or BurstGPT "
                             f"({','.join(BURSTGPT_HEADER)}); or force a format with 'azure:PATH' etc.")
-    if first_line.lstrip().startswith("{") and suffix != ".json":
+    if first_line.lstrip().startswith("{"):
         try:
             obj = json.loads(first_line)
         except json.JSONDecodeError:
