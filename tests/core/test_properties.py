@@ -1,0 +1,148 @@
+"""Design §3.3 invariants, over random states and random multi-iteration runs, for every policy."""
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from superinfer.core import EngineState, Params, Phase, Tenant, TenantTable, get_policy
+from superinfer.core.planner import fits_in_hbm
+from superinfer.core.policies import POLICIES
+from superinfer.core.types import blocks_for
+from tests.core.builders import BS, R, cap, snap
+
+TENANTS = TenantTable([Tenant("a", 5.0, 0.1, 1.0), Tenant("b", 2.0, 0.05, 3.0)])
+NOW = 1000.0
+
+
+@st.composite
+def requests(draw, req_id: int) -> R:
+    phase = draw(st.sampled_from([Phase.WAITING, Phase.ROTARY, Phase.RUNNING]))
+    t_arr = draw(st.floats(NOW - 60, NOW))
+    common = dict(t_arr=t_arr, tenant=draw(st.integers(0, 1)), priority=draw(st.integers(0, 3)),
+                  pred_remaining=float(draw(st.integers(1, 500))), residency=draw(st.integers(0, 10)),
+                  rotations=draw(st.integers(0, 5)))
+    if phase == Phase.WAITING:
+        prompt = draw(st.integers(1, 8 * BS))
+        return R(req_id, phase, t_last=t_arr, t_run=t_arr, num_tokens=prompt, **common)
+    computed = draw(st.integers(1, 8 * BS))
+    todo = draw(st.sampled_from([1, 1, 1, draw(st.integers(1, 3 * BS))]))
+    if phase == Phase.ROTARY:
+        parked = draw(st.booleans())
+        kept = blocks_for(computed, BS) if parked else 0
+        return R(req_id, phase, t_last=draw(st.floats(t_arr, NOW)), t_run=t_arr, num_tokens=computed + todo,
+                 num_computed=computed if parked else 0, blocks_dram=kept, **common)
+    blocks = blocks_for(computed, BS)
+    synced = draw(st.integers(0, computed // BS))
+    return R(req_id, phase, t_last=draw(st.floats(t_arr, NOW)), t_run=draw(st.floats(t_arr, NOW)),
+             num_tokens=computed + todo, num_computed=computed, blocks_hbm=blocks, blocks_dram=synced,
+             synced=synced, **common)
+
+
+@st.composite
+def states(draw):
+    n = draw(st.integers(0, 24))
+    reqs = [draw(requests(i)) for i in range(n)]
+    held = sum(r.blocks_hbm for r in reqs)
+    free = draw(st.integers(0, 40))
+    hbm = max(held + free, 14 if not reqs else max(blocks_for(r.num_tokens, BS) for r in reqs), 1)
+    c = cap(free, hbm=max(hbm, held + free), b_xfer=draw(st.integers(0, 12)), tokens=draw(st.integers(1, 300)),
+            seqs=draw(st.integers(1, 16)), dram=draw(st.integers(0, 60)))
+    params = Params(alpha=draw(st.floats(0, 10)), delta_b=draw(st.floats(-1, 1)), delta_f=draw(st.floats(-2, 2)),
+                    min_residency=draw(st.integers(0, 5)), max_rotations=draw(st.integers(0, 6)))
+    return snap(*reqs), c, params
+
+
+def check_plan(name, s, c, p):
+    row = {int(i): k for k, i in enumerate(s.req_id)}
+    victims = set(p.victim_ids.tolist())
+    freed = sum(int(s.blocks_hbm[row[v]]) for v in victims)
+    assert int(p.alloc_blocks.sum()) <= c.free_blocks + freed, "HBM capacity"
+    assert p.h2d_blocks <= c.b_xfer and p.d2h_blocks <= c.b_xfer, "transfer budget per direction"
+    assert p.d2h_blocks <= c.dram_free_blocks, "DRAM pool"
+    assert p.num_scheduled_tokens <= c.token_budget, "token budget"
+    assert not victims & set(p.sched_ids.tolist()), "a victim is not scheduled"
+    assert all(s.phase[row[v]] == Phase.RUNNING for v in victims), "only running requests are preempted"
+    for rid, n in zip(p.victim_ids.tolist(), p.victim_d2h.tolist()):
+        r = row[rid]
+        assert n <= blocks_for(int(s.num_computed[r]), BS) - int(s.synced[r]), "only unsynced blocks are copied"
+    for rid, n in zip(p.sync_ids.tolist(), p.sync_blocks.tolist()):
+        r = row[rid]
+        assert int(s.synced[r]) + n <= int(s.num_computed[r]) // BS, "only full blocks are synced early"
+    for rid, k in zip(p.sched_ids.tolist(), p.sched_tokens.tolist()):
+        r = row[rid]
+        assert 0 < k <= int(s.num_tokens[r] - s.num_computed[r]), "tokens within what is left"
+    resident = (s.phase == Phase.RUNNING) | (s.blocks_hbm > 0)
+    admitted = [i for i in p.alloc_ids.tolist() if not resident[row[i]]]
+    seqs_after = int(resident.sum()) - len(victims) + len(admitted)
+    assert len(admitted) == 0 or seqs_after <= c.max_num_seqs, "max_num_seqs"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(states(), st.sampled_from(sorted(POLICIES)))
+def test_every_plan_respects_capacity_budgets_and_is_deterministic(state, name):
+    s, c, params = state
+    p = get_policy(name).plan(s, c, params, TENANTS, NOW)
+    check_plan(name, s, c, p)
+    assert p.decisions() == get_policy(name).plan(s, c, params, TENANTS, NOW).decisions()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(states())
+def test_lvf_is_fcfs_when_everything_fits_and_never_preempts_above_an_admission(state):
+    s, c, params = state
+    p = get_policy("lvf").plan(s, c, params, TENANTS, NOW)
+    if fits_in_hbm(s, c):
+        assert p.fcfs_fallback
+        assert p.decisions() == get_policy("fcfs").plan(s, c, params, TENANTS, NOW).decisions()
+        assert p.victim_ids.size == 0
+        return
+    vlt = dict(zip(p.vlt_ids.tolist(), p.vlt_values.tolist()))
+    row = {int(i): k for k, i in enumerate(s.req_id)}
+    admitted = [i for i in p.alloc_ids.tolist() if s.phase[row[i]] != Phase.RUNNING and s.blocks_hbm[row[i]] == 0]
+    if admitted and p.victim_ids.size:
+        assert max(vlt[v] for v in p.victim_ids.tolist()) < min(vlt[a] for a in admitted)
+    for v, forced in zip(p.victim_ids.tolist(), p.victim_forced.tolist()):
+        if not forced:
+            r = row[v]
+            assert s.residency[r] >= params.min_residency and s.rotations[r] < params.max_rotations
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(sorted(POLICIES)),
+    st.integers(0, 2**31 - 1),
+    st.integers(24, 120),
+    st.integers(0, 12),
+    st.integers(0, 400),
+)
+def test_random_runs_lose_nothing_and_keep_every_invariant(name, seed, hbm, b_xfer, dram):
+    """Arrivals for 150 iterations, then drain: every iteration respects capacity and budgets, the
+    ledger and table agree, and every request finishes (nothing lost, nothing stuck)."""
+    rng = np.random.default_rng(seed)
+    state = EngineState(hbm_blocks=hbm, dram_blocks=dram, block_size=BS)
+    policy, params = get_policy(name), Params(min_residency=2, max_rotations=3)
+    lossless = name == "lvf"
+    now, rid = 0.0, 0
+    for it in range(5000):
+        if it < 150:
+            for _ in range(rng.poisson(0.6)):
+                state.add(rid, now, int(rng.integers(1, 6 * BS)), int(rng.integers(1, 3 * BS)),
+                          tenant=int(rng.integers(0, 2)), priority=int(rng.integers(0, 3)),
+                          pred_remaining=float(rng.integers(1, 100)))
+                rid += 1
+        elif len(state) == 0:
+            break
+        s = state.snapshot()
+        c = state.capacity(b_xfer=max(b_xfer, 1) if name == "lvf" else 1 << 30, token_budget=64, max_num_seqs=8)
+        p = policy.plan(s, c, params, TENANTS, now)
+        check_plan(name, s, c, p)
+        moves = state.apply(p, now, lossless_victims=lossless)
+        assert moves.h2d_blocks == p.h2d_blocks and moves.d2h_blocks == p.d2h_blocks
+        assert state.ledger.hbm.used <= hbm
+        now += 0.05
+        state.complete_transfers(now)
+        state.advance(p, now)
+        state.check()
+    assert len(state) == 0, f"{len(state)} requests stuck after 5000 iterations"
+    c = state.counters
+    assert c.arrived == c.finished + c.rejected
