@@ -147,6 +147,25 @@ def vllm_ok() -> None:
     check_vllm_version()
 
 
+#: the standard workload of the real-engine tests: 40 prompts x 200 greedy tokens
+WORKLOAD_PROMPTS = 40
+WORKLOAD_TOKENS = 200
+
+
+@pytest.fixture(scope="session")
+def ample_run(run_vllm: Callable[..., EngineRun], tiny_model: Path) -> EngineRun:
+    """Stock vLLM with ample KV memory on the standard workload: the reference greedy outputs.
+
+    40 requests x ceil((~30 + 200) / 32) <= 8 blocks = 320 < 400 blocks: nothing is ever preempted.
+    """
+    return run_vllm(
+        tiny_model,
+        prompts=make_prompts(WORKLOAD_PROMPTS),
+        max_tokens=WORKLOAD_TOKENS,
+        num_gpu_blocks=400,
+    )
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Llama built once per session, with no network."""

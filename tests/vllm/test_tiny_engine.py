@@ -17,9 +17,8 @@ pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")
-def ample(run_vllm: Callable[..., Any], prompts_for: Callable[[int], list[str]], tiny_model: Path) -> Any:
-    # 40 requests x ceil((~30 + 200) / 32) <= 8 blocks = 320 < 400: nothing is ever preempted.
-    return run_vllm(tiny_model, prompts=prompts_for(NUM_PROMPTS), max_tokens=MAX_TOKENS, num_gpu_blocks=400)
+def ample(ample_run: Any) -> Any:
+    return ample_run  # session fixture (conftest): 40 x 200 tokens, 400 blocks
 
 
 @pytest.fixture(scope="module")
