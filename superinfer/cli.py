@@ -50,7 +50,7 @@ def main() -> None:
 @main.group(
     cls=LazyGroup,
     lazy={
-        "sched": "superinfer.core.bench:bench_sched",
+        "sched": "superinfer.bench.sched:bench_sched",
         "sim": "superinfer.sim.cli:bench_sim",
         "kv": "superinfer.duplexkv.cli:bench_kv",
     },

@@ -92,7 +92,6 @@ class _Work:
         self.victim_mode = np.zeros(n, np.int8)
         self.forced = np.zeros(n, np.bool_)
         self.sync = np.zeros(n, np.int64)
-        self.admitted: list[int] = []
 
     def unsynced(self, r: int) -> int:
         """Device blocks of ``r`` holding KV with no host copy, finished or in flight."""
@@ -136,11 +135,11 @@ def _continue_loads(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
         w.h2d -= n
 
 
-def _next_victim(order: np.ndarray, pos: int, w: _Work, exclude: int) -> tuple[int, int]:
-    """The next row of ``order`` from ``pos`` that is not yet a victim (and not ``exclude``)."""
+def _next_victim(order: np.ndarray, pos: int, w: _Work) -> tuple[int, int]:
+    """The next row of ``order`` from ``pos`` that is not yet a victim."""
     while pos < order.shape[0]:
         v = int(order[pos])
-        if not w.victim[v] and v != exclude:
+        if not w.victim[v]:
             return v, pos
         pos += 1
     return -1, pos
@@ -154,10 +153,6 @@ def _serve_running(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
     to_compute = s.num_tokens[rows] - s.num_computed[rows]
     rows = rows[to_compute > 0]
     to_compute = s.num_tokens[rows] - s.num_computed[rows]
-    order = spec.running_order(ctx, rows)
-    if spec.decodes_first:
-        is_decode = (s.num_tokens[order] - s.num_computed[order]) == 1
-        order = np.concatenate([order[is_decode], order[~is_decode]])
     # Fast path: every running request is a decode, all fit in memory and tokens: no decisions to make.
     if np.all(to_compute == 1):
         need = (s.num_computed[rows] + 1 + w.bs - 1) // w.bs - s.blocks_hbm[rows]
@@ -168,6 +163,10 @@ def _serve_running(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
             w.free -= int(need.sum())
             w.tokens -= int(rows.shape[0])
             return
+    order = spec.running_order(ctx, rows)
+    if spec.decodes_first:
+        is_decode = (s.num_tokens[order] - s.num_computed[order]) == 1
+        order = np.concatenate([order[is_decode], order[~is_decode]])
     victims = spec.victim_order(ctx, rows)
     vpos = 0
     for r in order.tolist():
@@ -179,11 +178,10 @@ def _serve_running(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
             break
         need = w.growth(r, tokens)
         while need > w.free:
-            v, vpos = _next_victim(victims, vpos, w, exclude=r)
-            if v < 0:  # nothing else to free: preempt the request itself, as vLLM does
-                w.preempt(r, forced=True, save_tail=spec.save_tail)
-                break
+            v, vpos = _next_victim(victims, vpos, w)
             w.preempt(v, forced=True, save_tail=spec.save_tail)
+            if v == r:  # the request itself was next in line: it waits, as in vLLM
+                break
         if w.victim[r]:
             continue
         w.sched[r] = tokens
@@ -218,55 +216,76 @@ def _discretionary_victims(
 
 
 def _admit(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
+    """Walk candidates in the policy's order. When the link budget (or the token budget) runs out, the
+    walk restarts over the candidates that do not need it, so a long queue of parked requests costs a
+    partition, not a Python loop over every one of them."""
     s = ctx.snap
     if not spec.admit_after_preempt and w.victim.any():
         return
-    rows = np.flatnonzero((s.phase != Phase.RUNNING) & (s.blocks_hbm == 0) & ~s.busy)
-    if rows.shape[0] == 0:
+    pool = np.flatnonzero((s.phase != Phase.RUNNING) & (s.blocks_hbm == 0) & ~s.busy)
+    if pool.shape[0] == 0:
         return
-    floor = float(ctx.vlt[w.victim].max()) if (ctx.vlt is not None and w.victim.any()) else _NEG_INF
-    if spec.discretionary:
-        running = np.flatnonzero((s.phase == Phase.RUNNING) & (s.h2d_pending == 0) & ~s.busy)
-        victims = spec.victim_order(ctx, running)
-    vpos = 0
-    for c in spec.candidate_order(ctx, rows):
-        if w.seqs >= w.max_seqs:
+    walk = _Walk(ctx, spec, w)
+    while pool.shape[0]:
+        outcome = walk.run(spec.candidate_order(ctx, pool))
+        if outcome == "done" or not spec.discretionary:
             return
-        if ctx.vlt is not None and ctx.vlt[c] <= floor:
-            return  # never admit below a request that was preempted this iteration
-        swap_in = int(s.blocks_dram[c]) > 0
-        if swap_in:
-            if w.h2d == 0:
-                if spec.discretionary:
-                    continue  # no link budget left: later waiting requests may still be computed
-                return
-            tokens, need, h2d = 0, int(s.blocks_dram[c]), min(int(s.blocks_dram[c]), w.h2d)
-        else:
-            remaining = int(s.num_tokens[c] - s.num_computed[c])
-            tokens = min(remaining, w.tokens)
-            if tokens <= 0:
-                if spec.discretionary:
-                    continue  # swap-ins need no tokens this iteration
-                return
-            need, h2d = w.growth(c, tokens), 0
-        if need > w.free:
-            if not spec.discretionary:
-                return
-            chosen, new_pos = _discretionary_victims(ctx, w, victims, vpos, need - w.free, float(ctx.vlt[c]))
-            if not chosen:
-                return
-            vpos = new_pos
-            for v in chosen:
-                w.preempt(v, forced=False, save_tail=True)
-            floor = max(floor, float(ctx.vlt[chosen].max()))
-        w.alloc[c] = need
-        w.free -= need
-        w.sched[c] = tokens
-        w.tokens -= tokens
-        w.swap[c] = h2d
-        w.h2d -= h2d
-        w.seqs += 1
-        w.admitted.append(c)
+        keep = ~walk.seen[pool] & ((s.blocks_dram[pool] == 0) if outcome == "no_link" else (s.blocks_dram[pool] > 0))
+        pool = pool[keep]
+        if (w.h2d == 0 and w.tokens == 0) or pool.shape[0] == 0:
+            return
+
+
+class _Walk:
+    """One pass over a candidate stream; ``run`` says why it stopped."""
+
+    def __init__(self, ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
+        s = ctx.snap
+        self.ctx, self.spec, self.w = ctx, spec, w
+        self.seen = np.zeros(len(s), np.bool_)
+        self.floor = float(ctx.vlt[w.victim].max()) if (ctx.vlt is not None and w.victim.any()) else _NEG_INF
+        self.victims = np.zeros(0, np.int64)
+        if spec.discretionary:
+            running = np.flatnonzero((s.phase == Phase.RUNNING) & (s.h2d_pending == 0) & ~s.busy)
+            self.victims = spec.victim_order(ctx, running)
+        self.vpos = 0
+
+    def run(self, stream: Iterator[int]) -> str:
+        ctx, spec, w, s = self.ctx, self.spec, self.w, self.ctx.snap
+        vlt = ctx.vlt
+        for c in stream:
+            self.seen[c] = True
+            if w.seqs >= w.max_seqs:
+                return "done"
+            if vlt is not None and vlt[c] <= self.floor:
+                return "done"  # never admit below a request that was preempted this iteration
+            swap_in = int(s.blocks_dram[c]) > 0
+            if swap_in:
+                if w.h2d == 0:
+                    return "no_link"
+                tokens, need, h2d = 0, int(s.blocks_dram[c]), min(int(s.blocks_dram[c]), w.h2d)
+            else:
+                tokens = min(int(s.num_tokens[c] - s.num_computed[c]), w.tokens)
+                if tokens <= 0:
+                    return "no_tokens"
+                need, h2d = w.growth(c, tokens), 0
+            if need > w.free:
+                if not spec.discretionary:
+                    return "done"
+                chosen, self.vpos = _discretionary_victims(ctx, w, self.victims, self.vpos, need - w.free, float(vlt[c]))
+                if not chosen:
+                    return "done"
+                for v in chosen:
+                    w.preempt(v, forced=False, save_tail=True)
+                self.floor = max(self.floor, float(vlt[chosen].max()))
+            w.alloc[c] = need
+            w.free -= need
+            w.sched[c] = tokens
+            w.tokens -= tokens
+            w.swap[c] = h2d
+            w.h2d -= h2d
+            w.seqs += 1
+        return "done"
 
 
 def _eager_sync(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:

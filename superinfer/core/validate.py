@@ -31,34 +31,35 @@ def _fail(name: str, snap: Snapshot, mask: np.ndarray, what: str) -> None:
 
 def validate_snapshot(snap: Snapshot, cap: Capacity, tenants: TenantTable) -> None:
     """Raise ``ValueError`` naming the field if the snapshot is not a state the planner accepts."""
+    if len(snap) == 0:
+        return
+    # Reductions first (no temporaries); the masks are built only to name the failing row.
     for name in ("t_arr", "t_last", "t_run", "pred_remaining"):
         col = getattr(snap, name)
-        bad = ~np.isfinite(col)
-        if bad.any():
-            _fail(name, snap, bad, "must be a finite number (NaN or inf given)")
+        if not np.isfinite(col.sum()):
+            _fail(name, snap, ~np.isfinite(col), "must be a finite number (NaN or inf given)")
     for name in _NON_NEGATIVE:
-        bad = getattr(snap, name) < 0
-        if bad.any():
-            _fail(name, snap, bad, "must be >= 0")
-    bad = (snap.phase < Phase.WAITING) | (snap.phase > Phase.RUNNING)
-    if bad.any():
+        col = getattr(snap, name)
+        if col.min() < 0:
+            _fail(name, snap, col < 0, "must be >= 0")
+    if snap.phase.min() < Phase.WAITING or snap.phase.max() > Phase.RUNNING:
+        bad = (snap.phase < Phase.WAITING) | (snap.phase > Phase.RUNNING)
         _fail("phase", snap, bad, "unknown phase; expected 0 (waiting), 1 (rotary) or 2 (running)")
-    bad = (snap.tenant < 0) | (snap.tenant >= len(tenants))
-    if bad.any():
+    if snap.tenant.min() < 0 or snap.tenant.max() >= len(tenants):
+        bad = (snap.tenant < 0) | (snap.tenant >= len(tenants))
         _fail("tenant", snap, bad, f"tenant index out of range [0, {len(tenants)})")
-    if len(np.unique(snap.req_id)) != len(snap):
+    ids = snap.req_id
+    if not (ids.shape[0] < 2 or bool(np.all(ids[1:] > ids[:-1]))) and np.unique(ids).shape[0] != len(snap):
         ids, counts = np.unique(snap.req_id, return_counts=True)
         raise ValueError(f"req_id: duplicate request id {int(ids[counts > 1][0])}")
-    bad = snap.num_tokens < 1
-    if bad.any():
-        _fail("num_tokens", snap, bad, "every live request has at least one token")
+    if snap.num_tokens.min() < 1:
+        _fail("num_tokens", snap, snap.num_tokens < 1, "every live request has at least one token")
     bad = snap.num_computed > snap.num_tokens
     if bad.any():
         _fail("num_computed", snap, bad, "exceeds num_tokens")
-    need = blocks_for(snap.num_tokens, cap.block_size)
-    bad = need > cap.hbm_blocks
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
+    if blocks_for(int(snap.num_tokens.max()), cap.block_size) > cap.hbm_blocks:
+        need = blocks_for(snap.num_tokens, cap.block_size)
+        row = int(np.flatnonzero(need > cap.hbm_blocks)[0])
         raise ValueError(
             f"num_tokens: request {int(snap.req_id[row])} needs {int(need[row])} blocks, more than "
             f"hbm_blocks {cap.hbm_blocks}; it can never run and must be rejected at admission"

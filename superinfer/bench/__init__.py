@@ -1,0 +1,1 @@
+"""Benchmarks behind `superinferd bench ...` that are not owned by one subsystem."""
