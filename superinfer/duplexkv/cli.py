@@ -1,0 +1,109 @@
+"""``superinferd probe`` and ``superinferd bench kv`` (wired lazily from ``superinfer/cli.py``).
+
+Exit codes (design §7): 0 ok, 1 failure, 2 usage error (bad option values included).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from superinfer.duplexkv.backends import NAMES as BACKENDS
+
+DEFAULT_ITERATION_S = 0.05  # a 50 ms decode iteration: the paper's TBT SLO is 100 ms
+
+
+def _block_bytes(model: str, block_size: int) -> int:
+    from superinfer.sim.models import get_model
+
+    if block_size <= 0:
+        raise click.BadParameter(f"must be > 0, got {block_size}", param_hint="--block-size")
+    try:
+        return get_model(model).kv_bytes_per_token * block_size
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--model") from exc
+
+
+@click.command("probe")
+@click.option("--model", default="llama-3-8b", show_default=True, help="Model profile that sets the block bytes.")
+@click.option("--block-size", default=16, show_default=True, type=int, help="Tokens per KV block.")
+@click.option("--iteration-s", default=DEFAULT_ITERATION_S, show_default=True, type=float, help="Engine iteration time for B_xfer.")
+@click.option("--eta", default=0.8, show_default=True, type=float, help="Share of the iteration copies may use.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--backend", type=click.Choice(list(BACKENDS)), default="auto", show_default=True)
+@click.option("--size-mb", type=int, default=None, help="MiB per direction (default: 1024 on GPU, 64 on CPU).")
+@click.option("--repeats", default=5, show_default=True, type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def probe(model: str, block_size: int, iteration_s: float, eta: float, device: str, backend: str,
+          size_mb: int | None, repeats: int, as_json: bool) -> None:
+    """Measure host<->device bandwidth, one way and both at once, and derive B_xfer (design §4)."""
+    from superinfer.duplexkv.probe import run_probe
+
+    block_bytes = _block_bytes(model, block_size)
+    try:
+        result = run_probe(
+            block_bytes, device=device, backend=backend, iteration_s=iteration_s, eta=eta,
+            bytes_each_way=None if size_mb is None else size_mb << 20, repeats=repeats,
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    data = {"model": model, "block_size": block_size, **result.as_dict()}
+    if as_json:
+        click.echo(json.dumps(data))
+        return
+    click.echo(f"device        {data['device']} ({data['device_name']}), backend {data['backend']}")
+    click.echo(f"block         {block_size} tokens of {model} = {data['block_bytes']} bytes")
+    click.echo(f"one way       H2D {data['h2d_gbps']:.2f} GB/s   D2H {data['d2h_gbps']:.2f} GB/s")
+    click.echo(f"both at once  H2D {data['duplex_h2d_gbps']:.2f} GB/s   D2H {data['duplex_d2h_gbps']:.2f} GB/s"
+               f"   duplex factor {data['duplex_factor']:.2f}")
+    click.echo(f"B_xfer        {data['b_xfer_blocks']} blocks per direction per {iteration_s * 1e3:g} ms iteration (eta {eta})")
+    if data["note"]:
+        click.echo(f"note          {data['note']}", err=True)
+
+
+@click.command("kv")
+@click.option("--model", default="llama-3-8b", show_default=True, help="Model profile (block bytes, layers).")
+@click.option("--block-size", default=16, show_default=True, type=int, help="Tokens per KV block.")
+@click.option("--total-mb", type=int, default=None, help="MiB moved in EACH direction (default: 8192 on GPU, 32 on CPU).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--repeats", default=5, show_default=True, type=int)
+@click.option("--run-blocks", default=8, show_default=True, type=int, help="Adjacent device blocks per run.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_kv(model: str, block_size: int, total_mb: int | None, device: str, repeats: int, run_blocks: int,
+             as_json: bool) -> None:
+    """Table 1 ablation: naive, merged 4 MB, merged kernel, full duplex, ideal (same bytes per row)."""
+    from superinfer.duplexkv.bench import run_bench
+
+    _block_bytes(model, block_size)
+    if total_mb is not None and total_mb <= 0:
+        raise click.BadParameter(f"must be > 0, got {total_mb}", param_hint="--total-mb")
+    if run_blocks <= 0:
+        raise click.BadParameter(f"must be > 0, got {run_blocks}", param_hint="--run-blocks")
+    try:
+        result = run_bench(
+            model=model, block_size=block_size, device=device, repeats=repeats, run_blocks=run_blocks,
+            bytes_each_way=None if total_mb is None else total_mb << 20,
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    cpu = result["device"] == "cpu"
+    click.echo(f"{result['device']} ({result['device_name']}): {model}, {result['block_bytes']} B blocks, "
+               f"{result['bytes_each_way'] / 2**20:.0f} MiB each way, median of {repeats}")
+    head = f"{'row':<14}{'ms':>10}{'GB/s':>9}{'/ideal':>8}" + (f"{'/copy_':>8}" if cpu else "")
+    click.echo(head)
+    for row in result["rows"]:
+        line = f"{row['row']:<14}{row['ms']:>10.2f}{row['gbps']:>9.2f}{row['ratio_to_ideal']:>8.2f}"
+        if cpu and "ratio_to_copy" in row:
+            line += f"{row['ratio_to_copy']:>8.2f}"
+        click.echo(line)
+    if result["note"]:
+        click.echo(f"note: {result['note']}", err=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(probe())
