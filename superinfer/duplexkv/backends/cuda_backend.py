@@ -72,9 +72,14 @@ class CudaBackend:
         handle = (stream or torch.cuda.current_stream()).cuda_stream
         if handle == 0:
             raise TransferError("cudaMemcpyBatchAsync cannot use the legacy NULL stream")
-        result = self._cudart.cudaMemcpyBatchAsync(
-            dst.tolist(), src.tolist(), size.tolist(), int(size.size), [self._attr], [0], 1, handle
-        )
+        try:
+            result = self._cudart.cudaMemcpyBatchAsync(
+                dst.tolist(), src.tolist(), size.tolist(), int(size.size), [self._attr], [0], 1, handle
+            )
+        except TypeError as exc:  # a binding with another signature: nothing was enqueued
+            log.warning("cudaMemcpyBatchAsync binding not usable (%s); using copy_", exc)
+            self._cudart = None
+            return self._fallback.run(ops, stream)
         err = result[0] if isinstance(result, tuple) else result
         if int(err) != 0:
             log.warning("cudaMemcpyBatchAsync failed (%s); falling back to copy_ for the rest of the run", result)
