@@ -39,7 +39,6 @@ class LazyGroup(click.Group):
     cls=LazyGroup,
     lazy={
         "probe": "superinfer.duplexkv.cli:probe",
-        "calibrate": "superinfer.sim.cli:calibrate",
     },
 )
 @click.version_option(__version__, prog_name="superinferd")

@@ -133,6 +133,11 @@ class EngineState:
     def row_of(self, req_id: int) -> int:
         return self._row[req_id]
 
+    def rows_of(self, req_ids: np.ndarray) -> np.ndarray:
+        """Table rows of ``req_ids`` (all live)."""
+        row = self._row
+        return np.fromiter((row[i] for i in req_ids.tolist()), np.int64, req_ids.shape[0])
+
     # ---- lifecycle ---------------------------------------------------------------------------
     def add(
         self,
@@ -285,12 +290,12 @@ class EngineState:
             r = row[rid]
             led.grow(rid, n)
             self.blocks_hbm[r] += n
-        for rid in plan.sched_ids.tolist():
-            r = row[rid]
-            if self.phase[r] != Phase.RUNNING:
-                self.phase[r] = Phase.RUNNING
-                self.t_run[r] = now
-                self.residency[r] = 1 << 30
+        if plan.sched_ids.shape[0]:
+            rows = self.rows_of(plan.sched_ids)
+            joined = rows[self.phase[rows] != Phase.RUNNING]
+            self.phase[joined] = Phase.RUNNING
+            self.t_run[joined] = now
+            self.residency[joined] = 1 << 30
         for rid, n in zip(plan.sync_ids.tolist(), plan.sync_blocks.tolist()):
             r = row[rid]
             moves.sync.extend(led.start_sync(rid, n))
@@ -316,11 +321,14 @@ class EngineState:
             self.t_run[r] = now
             self.residency[r] = 0
 
-    def advance(self, plan: Plan, t_end: float) -> list[Finished]:
-        """The scheduled tokens were computed by ``t_end``; sample outputs, retire finished requests."""
+    def advance(self, plan: Plan, t_end: float, rows: np.ndarray | None = None) -> list[Finished]:
+        """The scheduled tokens were computed by ``t_end``; sample outputs, retire finished requests.
+
+        ``rows``: ``rows_of(plan.sched_ids)`` if the caller already has it.
+        """
         done: list[Finished] = []
         if plan.sched_ids.shape[0]:
-            rows = np.fromiter((self._row[i] for i in plan.sched_ids.tolist()), np.int64, plan.sched_ids.shape[0])
+            rows = self.rows_of(plan.sched_ids) if rows is None else rows
             self.num_computed[rows] += plan.sched_tokens
             sampled = rows[self.num_computed[rows] == self.num_tokens[rows]]
             self.outputs[sampled] += 1

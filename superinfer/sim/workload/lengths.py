@@ -7,6 +7,8 @@ published, ``μ = ln(median)`` and ``σ = sqrt(2·ln(mean/median))`` reproduce b
 |---|---|---|---|
 | ``chat`` | median 1020, mean 1155 -> μ 6.928, σ 0.499 | median 129, mean 211 -> μ 4.860, σ 0.992 | Azure LLM inference trace 2023, conversation (Patel et al., Splitwise, ISCA 2024; github.com/Azure/AzurePublicDataset, AzureLLMInferenceDataset2023); statistics as in ../shared/data/traces/README.md |
 | ``code`` | median 1469, mean 2048 -> μ 7.292, σ 0.815 | median 13, mean 28 -> μ 2.565, σ 1.239 | Azure LLM inference trace 2023, code (same sources) |
+| ``sharegpt`` | mean 161.3, σ 1.0 (assumed) | mean 338.0, σ 1.0 (assumed) | vLLM paper (Kwon et al., SOSP 2023, §6.1): ShareGPT mean input 161.31, output 337.99 tokens; no median published |
+| ``lmsys`` | mean 69.5, σ 1.0 (assumed) | mean 214.5, σ 1.0 (assumed) | LMSYS-Chat-1M (Zheng et al., ICLR 2024, arXiv:2309.11998, Table 1): 69.5 tokens per prompt, 214.5 per response |
 | ``long-context`` | mean 7590, σ 1.0 (assumed) -> μ 8.435 | mean 182, σ 1.0 (assumed) -> μ 4.704 | Mooncake/Kimi open trace means (kvcache-ai/Mooncake README, "open source trace"; Qin et al., arXiv:2407.00079); σ is our assumption, no median is published |
 
 Only the median and mean are matched; the real conversation prompts have a heavier left tail than this
@@ -71,6 +73,14 @@ LENGTHS: dict[str, LengthDist] = {
                        _AZURE + ", conversation: prompt median 1020 / mean 1155, output median 129 / mean 211"),
     "code": LengthDist("code", LogNormal.from_median_mean(1469, 2048), LogNormal.from_median_mean(13, 28),
                        _AZURE + ", code: prompt median 1469 / mean 2048, output median 13 / mean 28"),
+    "sharegpt": LengthDist(
+        "sharegpt", LogNormal.from_mean_sigma(161.31, 1.0), LogNormal.from_mean_sigma(337.99, 1.0),
+        "ShareGPT as in the vLLM paper (Kwon et al., SOSP 2023, §6.1): mean input 161.31, mean output 337.99;"
+        " sigma 1.0 assumed"),
+    "lmsys": LengthDist(
+        "lmsys", LogNormal.from_mean_sigma(69.5, 1.0), LogNormal.from_mean_sigma(214.5, 1.0),
+        "LMSYS-Chat-1M (Zheng et al., ICLR 2024, arXiv:2309.11998, Table 1): 69.5 tokens per prompt, 214.5 per"
+        " response; sigma 1.0 assumed"),
     "long-context": LengthDist(
         "long-context", LogNormal.from_mean_sigma(7590, 1.0), LogNormal.from_mean_sigma(182, 1.0),
         "Mooncake open trace (kvcache-ai/Mooncake README; arXiv:2407.00079): mean input 7590, mean output 182;"

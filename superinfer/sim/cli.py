@@ -1,0 +1,135 @@
+"""`superinferd bench sim`: the simulator's policy comparison (design §6)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from superinfer.core import Params, Tenant, TenantTable
+from superinfer.sim.bench import RunSpec, grid, run_grid
+from superinfer.sim.engine import SIM_POLICIES
+from superinfer.sim.metrics import summarise
+from superinfer.sim.workload import WorkloadError
+
+
+def _floats(value: str, name: str) -> list[float]:
+    try:
+        out = [float(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated numbers, got {value!r}", param_hint=name) from None
+    if not out or any(x <= 0 for x in out):
+        raise click.BadParameter(f"expected positive numbers, got {value!r}", param_hint=name)
+    return out
+
+
+def _policies(value: str) -> list[str]:
+    names = [p.strip() for p in value.split(",") if p.strip()]
+    bad = [p for p in names if p not in SIM_POLICIES]
+    if bad or not names:
+        raise click.BadParameter(f"unknown policy {bad}; valid: {', '.join(SIM_POLICIES)}", param_hint="--policies")
+    return names
+
+
+def _tenants(value: str | None, ttft: float, tbt: float) -> tuple[TenantTable, tuple[tuple[str, float], ...]]:
+    """``name:ttft_s:tbt_s:weight:share,...`` or the single default tenant with the given SLOs."""
+    if not value:
+        return TenantTable([Tenant("default", ttft, tbt, 1.0)]), ()
+    tenants, mix = [], []
+    for i, item in enumerate(value.split(",")):
+        parts = item.split(":")
+        if len(parts) != 5:
+            raise click.BadParameter(f"tenant {i + 1} {item!r}: expected name:ttft_s:tbt_s:weight:share",
+                                     param_hint="--tenants")
+        try:
+            name, t, b, w, share = parts[0], float(parts[1]), float(parts[2]), float(parts[3]), float(parts[4])
+            tenants.append(Tenant(name, t, b, w))
+        except ValueError as exc:
+            raise click.BadParameter(f"tenant {i + 1} {item!r}: {exc}", param_hint="--tenants") from None
+        mix.append((name, share))
+    try:
+        return TenantTable(tenants), tuple(mix)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tenants") from None
+
+
+@click.command("sim")
+@click.option("--workload", default="chat", show_default=True, help="Trace path (azure/sharegpt/burstgpt/mooncake) or chat|code|long-context.")
+@click.option("--arrival", default="poisson", show_default=True, help="poisson | gamma:<b> | hawkes[:n[:decay]] | trace")
+@click.option("--model", default="llama-3-8b", show_default=True)
+@click.option("--hardware", default="gh200", show_default=True)
+@click.option("--rps", default="35,40,45,50,55,60", show_default=True, help="Comma-separated request rates.")
+@click.option("--duration", default=120.0, show_default=True, type=click.FloatRange(min=1.0), help="Seconds of arrivals.")
+@click.option("--policies", default="vllm,vllm-offload,priority,sarathi,sjf,lvf,lvf-nooverlap", show_default=True)
+@click.option("--seeds", default=3, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--ttft-slo", default=5.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--tbt-slo", default=0.1, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--tenants", default=None, help="name:ttft_s:tbt_s:weight:share,... (overrides the SLO options)")
+@click.option("--alpha", default=3.0, show_default=True, type=float)
+@click.option("--delta-b", default=0.0, show_default=True, type=float)
+@click.option("--delta-f", default=0.5, show_default=True, type=float)
+@click.option("--b-xfer", default=None, type=click.IntRange(min=0), help="Blocks/iteration/direction (default: design §4 from the hardware profile).")
+@click.option("--max-num-seqs", default=256, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-num-batched-tokens", default=8192, show_default=True, type=click.IntRange(min=1))
+@click.option("--block-size", default=16, show_default=True, type=click.IntRange(min=1))
+@click.option("--dram-gib", default=None, type=click.FloatRange(min=0), help="Host KV pool (default: all DRAM of the profile).")
+@click.option("--drain", default=300.0, show_default=True, type=click.FloatRange(min=0), help="Seconds to drain after arrivals end.")
+@click.option("--sjf-noise", default=0.0, show_default=True, type=click.FloatRange(min=0), help="Log-normal sigma of sjf's predictions.")
+@click.option("--calibration", default=None, type=click.Path(exists=True, dir_okay=False), help="Measured calibration JSON.")
+@click.option("--skip-bad", is_flag=True, help="Count and skip malformed trace lines instead of failing.")
+@click.option("--workers", default=None, type=click.IntRange(min=1), help="Processes (default: CPU count).")
+@click.option("--json", "json_path", default=None, help="Write the JSON here ('-' for stdout).")
+@click.option("--plot-dir", default=None, type=click.Path(file_okay=False), help="Write attainment-vs-RPS PNGs here.")
+def bench_sim(**o: object) -> None:
+    """Compare policies on the digital twin: attainment, tails, throughput, rotations, with 95 % CIs."""
+    policies = _policies(str(o["policies"]))
+    rps = _floats(str(o["rps"]), "--rps")
+    tenants, mix = _tenants(o["tenants"], float(o["ttft_slo"]), float(o["tbt_slo"]))  # type: ignore[arg-type]
+    try:
+        params = Params(alpha=float(o["alpha"]), delta_b=float(o["delta_b"]), delta_f=float(o["delta_f"]))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    base = RunSpec(policy=policies[0], rps=rps[0], seed=0, workload=str(o["workload"]), arrival=str(o["arrival"]),
+                   duration_s=float(o["duration"]), model=str(o["model"]), hardware=str(o["hardware"]),
+                   block_size=int(o["block_size"]), max_num_seqs=int(o["max_num_seqs"]),
+                   max_num_batched_tokens=int(o["max_num_batched_tokens"]), b_xfer=o["b_xfer"], params=params,  # type: ignore[arg-type]
+                   tenants=tenants, tenant_mix=mix, dram_gib=o["dram_gib"], drain_s=float(o["drain"]),  # type: ignore[arg-type]
+                   sjf_noise=float(o["sjf_noise"]), calibration=o["calibration"], skip_bad=bool(o["skip_bad"]))  # type: ignore[arg-type]
+    specs = grid(base, policies, rps, int(o["seeds"]))
+    try:
+        runs = run_grid(specs, o["workers"])  # type: ignore[arg-type]
+    except (WorkloadError, ValueError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    result = {
+        "command": "superinferd bench sim " + " ".join(sys.argv[3:]),
+        "config": {k: v for k, v in o.items() if k not in ("json_path", "plot_dir", "workers")},
+        "runs": runs,
+        "summary": summarise(runs),
+    }
+    if o["plot_dir"]:
+        from superinfer.sim.plots import attainment_vs_x
+
+        path = os.path.join(str(o["plot_dir"]), f"attainment_{o['model']}_{o['hardware']}.png")
+        attainment_vs_x(result["summary"], path, f"{o['model']} on {o['hardware']}, {o['workload']} ({o['arrival']})")
+        result["plots"] = [path]
+    text = json.dumps(result, indent=1)
+    if o["json_path"] == "-":
+        click.echo(text)
+    elif o["json_path"]:
+        with open(str(o["json_path"]), "w") as fh:
+            fh.write(text + "\n")
+    if o["json_path"] != "-":
+        _table(result["summary"])
+
+
+def _table(summary: list[dict]) -> None:
+    click.echo(f"{'policy':<14} {'rps':>6} {'TTFT att %':>18} {'TBT att %':>18} {'TTFT p99 s':>10} {'tok/s':>9} {'rot':>7}")
+    for r in summary:
+        def ci(k: str) -> str:
+            m, (lo, hi) = r[k]["mean"], r[k]["ci95"]
+            return f"{100 * m:5.1f} [{100 * lo:4.1f},{100 * hi:5.1f}]"
+        click.echo(f"{r['policy']:<14} {r['rps']:>6g} {ci('ttft_attainment'):>18} {ci('tbt_attainment'):>18} "
+                   f"{r['ttft_p99_s']['mean']:>10.2f} {r['throughput_tok_s']['mean']:>9.0f} {r['rotations']['mean']:>7.0f}")

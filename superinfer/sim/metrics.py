@@ -1,0 +1,131 @@
+"""Run metrics (design §6) and bootstrap summaries.
+
+* TTFT attainment: share of *arrived* requests whose first token came within the tenant's S_F; no first
+  token by the end of the run is a miss.
+* TBT attainment: share of arrived requests whose mean inter-token time is within S_B (as DistServe);
+  a request with one output token meets it once finished; an unfinished request with fewer than two
+  tokens misses it.
+* Percentiles of TTFT include requests that never got a first token, censored at the end of the run
+  (a lower bound, so the tail is never flattered).
+* ``stall_share``: share of inter-token gaps longer than S_B. ``goodput_rps``: requests meeting both SLOs
+  per second of arrivals. ``jain_fairness``: Jain's index over per-tenant TTFT attainment.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from superinfer.core import TenantTable
+from superinfer.sim.engine import Trace
+
+
+def _pct(x: np.ndarray, q: float) -> float:
+    return float(np.percentile(x, q)) if x.size else 0.0
+
+
+def run_metrics(tr: Trace, tenants: TenantTable, duration_s: float) -> dict:
+    n = tr.t_arr.shape[0]
+    s_f = tenants.ttft_slo[tr.tenant]
+    s_b = tenants.tbt_slo[tr.tenant]
+    has_first = ~np.isnan(tr.t_first)
+    finished = ~np.isnan(tr.t_end)
+    ttft = np.where(has_first, tr.t_first - tr.t_arr, tr.sim_s - tr.t_arr)
+    ttft_ok = has_first & (ttft <= s_f)
+    gaps_n = np.maximum(tr.outputs - 1, 0)
+    span = np.where(has_first, tr.last_token - tr.t_first, 0.0)
+    mean_tbt = np.where(gaps_n > 0, span / np.maximum(gaps_n, 1), 0.0)
+    tbt_ok = np.where(gaps_n > 0, mean_tbt <= s_b, finished)
+    gap_slo = tenants.tbt_slo[tr.gap_tenant] if tr.gaps.size else np.zeros(0)
+    out = {
+        "arrived": int(n),
+        "finished": int(finished.sum()),
+        "rejected": int(tr.rejected),
+        "ttft_attainment": float(ttft_ok.mean()) if n else 0.0,
+        "tbt_attainment": float(tbt_ok.mean()) if n else 0.0,
+        "ttft_p50_s": _pct(ttft, 50),
+        "ttft_p90_s": _pct(ttft, 90),
+        "ttft_p99_s": _pct(ttft, 99),
+        "tbt_mean_p50_s": _pct(mean_tbt[gaps_n > 0], 50),
+        "tbt_mean_p90_s": _pct(mean_tbt[gaps_n > 0], 90),
+        "tbt_gap_p99_s": _pct(tr.gaps, 99),
+        "stall_share": float((tr.gaps > gap_slo).mean()) if tr.gaps.size else 0.0,
+        "throughput_tok_s": float(tr.outputs.sum() / tr.sim_s) if tr.sim_s > 0 else 0.0,
+        "goodput_rps": float((ttft_ok & tbt_ok).sum() / duration_s) if duration_s > 0 else 0.0,
+        "preemptions": int(tr.counters.get("preemptions", 0)),
+        "rotations": int(tr.counters.get("rotations", 0)),
+        "max_rotations_per_request": int(tr.rotations.max()) if n else 0,
+        "recompute_fallbacks": int(tr.counters.get("recompute_fallbacks", 0)),
+        "b_xfer_blocks": int(tr.b_xfer_blocks),
+        "max_swap_in_blocks_per_iter": int(tr.max_swap_in_blocks_per_iter),
+        "max_swap_out_blocks_per_iter": int(tr.max_swap_out_blocks_per_iter),
+        "hbm_blocks": int(tr.hbm_blocks),
+        "max_hbm_blocks_used": int(tr.max_hbm_blocks_used),
+        "dram_blocks": int(tr.dram_blocks),
+        "bytes_h2d": int(tr.counters.get("h2d_blocks", 0)) * tr.block_bytes,
+        "bytes_d2h": int(tr.counters.get("d2h_blocks", 0)) * tr.block_bytes,
+        "iterations": int(tr.iterations),
+        "sim_s": float(tr.sim_s),
+        "wall_s": float(tr.wall_s),
+    }
+    out["sim_per_wall"] = out["sim_s"] / out["wall_s"] if out["wall_s"] > 0 else 0.0
+    per_tenant = {}
+    for i, t in enumerate(tenants.tenants):
+        mask = tr.tenant == i
+        if mask.any():
+            per_tenant[t.name] = {
+                "arrived": int(mask.sum()),
+                "ttft_attainment": float(ttft_ok[mask].mean()),
+                "tbt_attainment": float(tbt_ok[mask].mean()),
+                "ttft_p99_s": _pct(ttft[mask], 99),
+            }
+    if len(per_tenant) > 1:
+        out["tenants"] = per_tenant
+        att = np.array([v["ttft_attainment"] for v in per_tenant.values()])
+        out["jain_fairness"] = float(att.sum() ** 2 / (att.size * (att**2).sum())) if (att**2).sum() > 0 else 1.0
+    return out
+
+
+SUMMARY_KEYS = (
+    "ttft_attainment",
+    "tbt_attainment",
+    "ttft_p50_s",
+    "ttft_p99_s",
+    "tbt_gap_p99_s",
+    "stall_share",
+    "throughput_tok_s",
+    "goodput_rps",
+    "preemptions",
+    "rotations",
+    "recompute_fallbacks",
+)
+
+
+def bootstrap_ci(values: list[float], seed: int = 0, resamples: int = 2000) -> tuple[float, float]:
+    """95 % percentile-bootstrap interval of the mean; a single value gives a zero-width interval."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size <= 1:
+        v = float(x[0]) if x.size else math.nan
+        return v, v
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, (resamples, x.size))].mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def summarise(runs: list[dict]) -> list[dict]:
+    """Mean and bootstrap 95 % interval per (policy, rps, variant) over seeds."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["policy"], r["rps"], r.get("variant", "")), []).append(r)
+    out = []
+    for (policy, rps, variant), rs in groups.items():
+        row: dict = {"policy": policy, "rps": rps, "seeds": len(rs)}
+        if variant:
+            row["variant"] = variant
+        for k in SUMMARY_KEYS:
+            vals = [float(r[k]) for r in rs]
+            lo, hi = bootstrap_ci(vals)
+            row[k] = {"mean": float(np.mean(vals)), "ci95": [lo, hi]}
+        out.append(row)
+    return out
