@@ -80,6 +80,7 @@ class Trace:
     gaps: np.ndarray  # every inter-token gap of every request (seconds)
     gap_tenant: np.ndarray
     rejected: int = 0
+    window_tokens: int = 0  # output tokens produced before the end of the arrival window
     iterations: int = 0
     sim_s: float = 0.0
     wall_s: float = 0.0
@@ -192,7 +193,11 @@ class Simulator:
         end_of_arrivals = float(w.arrival_s[-1]) if len(w) else 0.0
         deadline = max(end_of_arrivals, w.duration_s) + self.cfg.drain_s
         iterations = 0
+        window_end = max(float(w.duration_s), end_of_arrivals)
+        window_tokens = -1
         while True:
+            if window_tokens < 0 and now >= window_end:
+                window_tokens = int(self.outputs.sum())
             self._arrive(now)
             if len(st) == 0:
                 if self._next >= len(w):
@@ -220,6 +225,7 @@ class Simulator:
             gaps=gaps,
             gap_tenant=gap_tenant,
             rejected=st.counters.rejected,
+            window_tokens=window_tokens if window_tokens >= 0 else int(self.outputs.sum()),
             iterations=iterations,
             sim_s=now,
             wall_s=wall,

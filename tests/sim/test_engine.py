@@ -1,0 +1,122 @@
+"""The digital twin: determinism, conservation, budgets and capacity in every iteration, metrics."""
+
+import numpy as np
+import pytest
+
+from superinfer.core import Params, Tenant, TenantTable
+from superinfer.sim.bench import RunSpec, run_one
+from superinfer.sim.costmodel import CostModel
+from superinfer.sim.engine import SIM_POLICIES, SimConfig, Simulator
+from superinfer.sim.hardware import get_hardware
+from superinfer.sim.metrics import bootstrap_ci, run_metrics, summarise
+from superinfer.sim.models import get_model
+from superinfer.sim.workload import Workload, load_workload
+
+QWEN = CostModel(get_model("qwen2.5-32b"), get_hardware("gh200"), 16)
+
+
+def pressured(policy: str, rps: float = 20.0, duration: float = 10.0, seed: int = 0, **cfg) -> Simulator:
+    """Qwen2.5-32B on an 80 GB H100 (about 1,200 KV blocks) with ShareGPT lengths: HBM fills fast."""
+    w = load_workload("sharegpt", rps=rps, duration_s=duration, seed=seed, max_len=8192)
+    cfg.setdefault("max_num_seqs", 256)
+    cfg.setdefault("max_num_batched_tokens", 2048)
+    cm = CostModel(get_model("qwen2.5-32b"), get_hardware("h100-pcie"), 16,
+                   overlap=policy != "lvf-nooverlap", duplex=policy != "lvf-nooverlap")
+    return Simulator(w, cm, SimConfig(policy=policy, drain_s=600.0, **cfg))
+
+
+class Watched(Simulator):
+    """Records every plan's transfers and HBM use, to check per-iteration invariants."""
+
+    def step(self, now):
+        st = self.state
+        before = st.counters.h2d_blocks, st.counters.d2h_blocks
+        end = super().step(now)
+        self.seen.append((st.counters.h2d_blocks - before[0], st.counters.d2h_blocks - before[1],
+                          st.ledger.hbm.used))
+        return end
+
+
+@pytest.mark.parametrize("policy", SIM_POLICIES)
+def test_every_policy_conserves_requests_and_respects_capacity(policy):
+    sim = pressured(policy, duration=6.0)
+    sim.__class__ = Watched
+    sim.seen = []
+    trace = sim.run()
+    c = sim.state.counters
+    assert c.arrived == len(sim.w) == c.finished + c.rejected + len(sim.state)
+    assert len(sim.state) == 0, "the drain finishes everything"
+    assert np.all(~np.isnan(trace.t_end))
+    assert max(u for _, _, u in sim.seen) <= sim.hbm_blocks
+    if policy.startswith("lvf"):
+        assert max(h for h, _, _ in sim.seen) <= sim.b_xfer
+        assert max(d for _, d, _ in sim.seen) <= sim.b_xfer
+
+
+def test_pressure_makes_lvf_rotate_and_vllm_recompute():
+    lvf, vllm = pressured("lvf").run(), pressured("vllm").run()
+    assert lvf.counters["rotations"] > 0 and lvf.counters["swap_ins"] > 0
+    assert vllm.counters["preemptions"] > 0 and vllm.counters["rotations"] == 0
+
+
+def test_a_fixed_seed_gives_the_same_run():
+    a = run_one(RunSpec(policy="lvf", rps=30, seed=3, workload="sharegpt", model="qwen2.5-32b", duration_s=10,
+                        max_num_seqs=16384, max_num_batched_tokens=16384))
+    b = run_one(RunSpec(policy="lvf", rps=30, seed=3, workload="sharegpt", model="qwen2.5-32b", duration_s=10,
+                        max_num_seqs=16384, max_num_batched_tokens=16384))
+    for k in ("ttft_attainment", "tbt_attainment", "ttft_p99_s", "rotations", "bytes_h2d", "sim_s"):
+        assert a[k] == b[k]
+
+
+def test_lvf_nooverlap_pays_for_its_copies():
+    overlap, serial = pressured("lvf").run(), pressured("lvf-nooverlap").run()
+    assert serial.sim_s > overlap.sim_s
+
+
+def test_single_request_timestamps_follow_the_cost_model():
+    cm = QWEN
+    w = Workload.from_arrays([0.0], [100], [3], duration_s=1.0)
+    tr = Simulator(w, cm, SimConfig(policy="vllm")).run()
+    prefill = cm.iteration_s(100, 100 * 101 // 2, 0, 0)
+    decode1 = cm.iteration_s(0, 0, 1, 100)
+    decode2 = cm.iteration_s(0, 0, 1, 101)
+    assert tr.t_first[0] == pytest.approx(prefill)
+    assert tr.t_end[0] == pytest.approx(prefill + decode1 + decode2)
+    assert tr.gaps.tolist() == pytest.approx([decode1, decode2])
+
+
+def test_metrics_count_misses_for_requests_without_a_first_token():
+    tenants = TenantTable([Tenant("default", 1.0, 0.1, 1.0)])
+    w = Workload.from_arrays([0.0, 0.0], [10, 10], [2, 2], duration_s=1.0)
+    tr = Simulator(w, QWEN, SimConfig(policy="vllm", tenants=tenants)).run()
+    tr.t_first[1] = np.nan  # pretend request 1 never got a token
+    m = run_metrics(tr, tenants, 1.0)
+    assert m["arrived"] == 2 and m["ttft_attainment"] == 0.5
+
+
+def test_per_tenant_attainment_and_fairness_are_reported():
+    tenants = TenantTable([Tenant("a", 5.0, 0.1, 1.0), Tenant("b", 0.01, 0.1, 2.0)])
+    out = run_one(RunSpec(policy="lvf", rps=5, seed=0, workload="sharegpt", model="qwen2.5-32b", duration_s=5,
+                          tenants=tenants, tenant_mix=(("a", 0.5), ("b", 0.5))))
+    assert set(out["tenants"]) == {"a", "b"}
+    assert out["tenants"]["b"]["ttft_attainment"] < out["tenants"]["a"]["ttft_attainment"]
+    assert 0 < out["jain_fairness"] <= 1
+
+
+def test_bootstrap_interval_brackets_the_mean_and_summary_groups_seeds():
+    lo, hi = bootstrap_ci([0.5, 0.6, 0.7, 0.8])
+    assert lo <= 0.65 <= hi
+    runs = [{"policy": "lvf", "rps": 1.0, "seed": s, **{k: float(s) for k in
+             ("ttft_attainment", "tbt_attainment", "ttft_p50_s", "ttft_p99_s", "tbt_gap_p99_s", "stall_share",
+              "throughput_tok_s", "goodput_rps", "preemptions", "rotations", "recompute_fallbacks")}} for s in range(3)]
+    (row,) = summarise(runs)
+    assert row["seeds"] == 3 and row["ttft_attainment"]["mean"] == 1.0
+
+
+def test_bad_config_is_a_clear_error():
+    with pytest.raises(ValueError, match="policy: unknown policy 'fifo'"):
+        SimConfig(policy="fifo")
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        SimConfig(policy="lvf", max_num_seqs=0)
+    with pytest.raises(ValueError, match="alpha"):
+        Params(alpha=-1)
