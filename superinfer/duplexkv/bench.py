@@ -73,7 +73,7 @@ def run_bench(
     block_size: int = 16,
     bytes_each_way: int | None = None,
     device: str = "auto",
-    repeats: int = 5,
+    repeats: int = 11,
     run_blocks: int = 8,
 ) -> dict:
     """Run the ablation; returns a JSON-ready dict. Raises ValueError on bad arguments."""
@@ -136,7 +136,11 @@ def run_bench(
     by = {r["row"]: r for r in out_rows}
     if dev.type == "cpu":
         result["merged_of_copy"] = by["merged_4mb"]["ratio_to_copy"]
-        result["cpu_target"] = f"merged_4mb ratio_to_copy >= {CPU_TARGET_MERGED_OF_COPY} (observation, not a verdict)"
+        result["merged_runs_of_copy"] = by["merged_kernel"]["ratio_to_copy"]
+        result["cpu_target"] = (
+            f"merged copies >= {CPU_TARGET_MERGED_OF_COPY} of plain copy_ (merged_of_copy: ~4 MiB units; "
+            "merged_runs_of_copy: one copy per adjacent run); an observation on a noisy shared CPU, not a verdict"
+        )
     else:
         result["duplex_of_ideal"] = by["full_duplex"]["ratio_to_ideal"]
         result["gpu_target_met"] = by["full_duplex"]["ratio_to_ideal"] >= GPU_TARGET_DUPLEX_OF_IDEAL

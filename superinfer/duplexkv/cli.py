@@ -68,7 +68,7 @@ def probe(model: str, block_size: int, iteration_s: float, eta: float, device: s
 @click.option("--block-size", default=16, show_default=True, type=int, help="Tokens per KV block.")
 @click.option("--total-mb", type=int, default=None, help="MiB moved in EACH direction (default: 8192 on GPU, 32 on CPU).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--repeats", default=5, show_default=True, type=int)
+@click.option("--repeats", default=11, show_default=True, type=int, help="Interleaved repeats; rows report medians.")
 @click.option("--run-blocks", default=8, show_default=True, type=int, help="Adjacent device blocks per run.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_kv(model: str, block_size: int, total_mb: int | None, device: str, repeats: int, run_blocks: int,

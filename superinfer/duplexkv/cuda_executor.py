@@ -1,8 +1,12 @@
 """Two CUDA streams, one per direction: the copy engines run host-to-device and device-to-host at once.
 
 A batch's dependencies that carry a ``cuda_event`` become ``Stream.wait_event`` (no host blocking);
-others (host fences) are waited on by the submitting thread before enqueueing. Each batch is bracketed by
-timing events, so per-direction busy time is measured on the device.
+others (host fences) are waited on by the submitting thread before enqueueing, so on a GPU compute fences
+should be :class:`CudaFence`. Rule 4 backstop: a device-to-host batch also waits for the work already
+enqueued on the submitting thread's current stream (the compute that wrote the blocks, when the plan is
+submitted from the compute thread after launching it); host-to-device batches do not, so swap-ins for
+the next iteration overlap the current one. Each batch is bracketed by timing events, so per-direction
+busy time is measured on the device.
 """
 
 from __future__ import annotations
@@ -51,6 +55,10 @@ class CudaStreamExecutor:
 
     def launch(self, direction: Direction, ops: np.ndarray, nbytes: int, deps: Sequence[Fence]) -> Handle:
         stream = self._streams[direction]
+        if direction is Direction.D2H:
+            produced = torch.cuda.Event()
+            produced.record(torch.cuda.current_stream(self.device))
+            stream.wait_event(produced)
         for dep in deps:
             event = getattr(dep, "cuda_event", None)
             if event is not None:
