@@ -51,6 +51,7 @@ def main() -> None:
     lazy={
         "sched": "superinfer.bench.sched:bench_sched",
         "sim": "superinfer.sim.cli:bench_sim",
+        "figures": "superinfer.sim.figures:figures",
         "kv": "superinfer.duplexkv.cli:bench_kv",
     },
 )
