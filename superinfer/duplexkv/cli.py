@@ -6,7 +6,6 @@ Exit codes (design §7): 0 ok, 1 failure, 2 usage error (bad option values inclu
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
@@ -103,7 +102,3 @@ def bench_kv(model: str, block_size: int, total_mb: int | None, device: str, rep
         click.echo(line)
     if result["note"]:
         click.echo(f"note: {result['note']}", err=True)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(probe())

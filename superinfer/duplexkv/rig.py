@@ -8,9 +8,7 @@ table after some churn, so "merged" means merged over adjacent runs, not one gia
 
 from __future__ import annotations
 
-import statistics
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,13 +127,3 @@ class Rig:
         if self._pin is not None:
             self._pin.unregister()
 
-
-def median_of(repeats: int, fn: Callable[[], Timing]) -> Timing:
-    """Median wall time (and per-direction medians) over ``repeats`` runs after one warm-up."""
-    fn()
-    runs = [fn() for _ in range(repeats)]
-    keys = runs[0].per_direction.keys()
-    return Timing(
-        statistics.median(r.seconds for r in runs),
-        {k: statistics.median(r.per_direction[k] for r in runs) for k in keys},
-    )
