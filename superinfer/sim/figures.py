@@ -30,12 +30,12 @@ ALL_POLICIES = ["vllm", "vllm-offload", "priority", "sarathi", "sjf", "lvf", "lv
 
 # (model, workload, RPS): the paper's lists (design §6), extended where the twin needs more load to fill HBM.
 MAIN = [
-    ("llama-3-8b", "sharegpt", [35, 40, 45, 50, 55, 60, 80, 100]),
-    ("llama-3-8b", "lmsys", [50, 60, 70, 80, 90, 100, 130, 160]),
-    ("qwen2.5-32b", "sharegpt", [5, 10, 13, 15, 18, 20, 25, 30, 35]),
-    ("qwen2.5-32b", "lmsys", [10, 15, 20, 25, 30, 35, 40, 50]),
-    ("mixtral-8x7b", "sharegpt", [5, 10, 13, 15, 18, 20, 30, 40, 50]),
-    ("mixtral-8x7b", "lmsys", [10, 15, 20, 25, 30, 35, 40, 60, 80]),
+    ("llama-3-8b", "sharegpt", [35, 45, 60, 80, 100]),
+    ("llama-3-8b", "lmsys", [50, 75, 100, 130, 160]),
+    ("qwen2.5-32b", "sharegpt", [5, 10, 15, 20, 25, 30, 35]),
+    ("qwen2.5-32b", "lmsys", [10, 20, 30, 40, 50]),
+    ("mixtral-8x7b", "sharegpt", [10, 20, 30, 40, 50]),
+    ("mixtral-8x7b", "lmsys", [10, 20, 40, 60, 80]),
 ]
 # The loaded point for the ablation and sweeps: Qwen2.5-32B, ShareGPT, where vLLM's attainment drops.
 SWEEP_MODEL, SWEEP_WORKLOAD, SWEEP_RPS = "qwen2.5-32b", "sharegpt", 30.0
