@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.superinfer-installed
 
-.PHONY: run test setup clean bench-sched
+.PHONY: run test setup clean bench-sched figures
 
 setup: $(STAMP)
 
@@ -20,8 +20,17 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip uninstall -y torchvision torchaudio torchcodec
 	touch $(STAMP)
 
+# Until the daemon exists: the simulator's policy comparison at a loaded point (about a minute).
 run: $(STAMP)
-	$(VENV)/bin/superinferd bench sched --sizes 1000,10000,50000 --json
+	$(VENV)/bin/superinferd bench sim --model qwen2.5-32b --workload sharegpt --rps 20,30 --duration 60 \
+		--policies vllm,vllm-offload,lvf --seeds 2 --max-num-seqs 16384 --max-num-batched-tokens 16384 \
+		--dram-gib 400 --json bench/results/make_run.json
+
+figures: $(STAMP)
+	$(VENV)/bin/superinferd bench figures --out bench/results --seeds 3 --duration 120
+
+bench-sched: $(STAMP)
+	$(VENV)/bin/superinferd bench sched --sizes 1000,10000,50000 --json --output bench/results/bench_sched.json
 
 test: $(STAMP)
 	$(PY) -m pytest -q
