@@ -190,29 +190,51 @@ def _serve_running(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
         w.tokens -= tokens
 
 
-def _discretionary_victims(
-    ctx: Ctx, w: _Work, victims: np.ndarray, pos: int, need: int, vlt_c: float
-) -> tuple[list[int], int]:
-    """Victims from the tail of L that free ``need`` blocks, or ``[]`` if impossible. Pure lookup."""
-    s, p, vlt = ctx.snap, ctx.params, ctx.vlt
-    chosen: list[int] = []
-    freed = 0
-    d2h, dram = w.d2h, w.dram
-    while pos < victims.shape[0] and freed < need:
-        v = int(victims[pos])
-        if vlt[v] >= vlt_c:
-            break  # the tail is sorted ascending: no later row qualifies either
-        pos += 1
-        if w.victim[v] or s.residency[v] < p.min_residency or s.rotations[v] >= p.max_rotations:
-            continue
-        unsynced = w.unsynced(v)
-        if unsynced > d2h or unsynced > dram:
-            continue  # a discretionary rotation never drops KV
-        d2h -= unsynced
-        dram -= unsynced
-        freed += int(s.blocks_hbm[v]) + int(w.alloc[v])
-        chosen.append(v)
-    return (chosen, pos) if freed >= need else ([], pos)
+class _VictimTail:
+    """LVF's discretionary victims: running requests from the tail of L (ascending VLT), with the
+    columns the walk needs copied to Python lists once, so each look costs no numpy scalar access."""
+
+    def __init__(self, ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
+        s, p = ctx.snap, ctx.params
+        running = np.flatnonzero((s.phase == Phase.RUNNING) & (s.h2d_pending == 0) & ~s.busy)
+        rows = spec.victim_order(ctx, running)
+        data = (s.num_computed[rows] + w.bs - 1) // w.bs
+        unsynced = np.maximum(np.minimum(data, s.blocks_hbm[rows]) - s.synced[rows] - s.syncing[rows], 0)
+        self.rows = rows.tolist()
+        self.vlt = ctx.vlt[rows].tolist()
+        self.guard_ok = ((s.residency[rows] >= p.min_residency) & (s.rotations[rows] < p.max_rotations)).tolist()
+        self.blocks = s.blocks_hbm[rows].tolist()
+        self.unsynced = unsynced.tolist()
+        self.pos = 0
+
+    def take(self, w: _Work, need: int, vlt_c: float) -> list[int]:
+        """Victims that free ``need`` blocks, all ranked below ``vlt_c``, or ``[]`` if impossible.
+
+        Looks only: the caller preempts what is returned. Rows passed over here (guarded, or with a
+        tail that does not fit what is left of the budget) can never qualify later in this walk:
+        budgets only shrink and later candidates rank lower.
+        """
+        chosen: list[int] = []
+        freed = 0
+        d2h, dram = w.d2h, w.dram
+        pos, n = self.pos, len(self.rows)
+        while pos < n and freed < need:
+            if self.vlt[pos] >= vlt_c:
+                break  # ascending: no later row qualifies either
+            v = self.rows[pos]
+            k = pos
+            pos += 1
+            if not self.guard_ok[k] or w.victim[v]:
+                continue
+            unsynced = self.unsynced[k]
+            if unsynced > d2h or unsynced > dram:
+                continue  # a discretionary rotation never drops KV
+            d2h -= unsynced
+            dram -= unsynced
+            freed += self.blocks[k] + int(w.alloc[v])
+            chosen.append(v)
+        self.pos = pos
+        return chosen if freed >= need else []
 
 
 def _admit(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
@@ -244,11 +266,7 @@ class _Walk:
         self.ctx, self.spec, self.w = ctx, spec, w
         self.seen = np.zeros(len(s), np.bool_)
         self.floor = float(ctx.vlt[w.victim].max()) if (ctx.vlt is not None and w.victim.any()) else _NEG_INF
-        self.victims = np.zeros(0, np.int64)
-        if spec.discretionary:
-            running = np.flatnonzero((s.phase == Phase.RUNNING) & (s.h2d_pending == 0) & ~s.busy)
-            self.victims = spec.victim_order(ctx, running)
-        self.vpos = 0
+        self.tail = _VictimTail(ctx, spec, w) if spec.discretionary else None
 
     def run(self, stream: Iterator[int]) -> str:
         ctx, spec, w, s = self.ctx, self.spec, self.w, self.ctx.snap
@@ -272,12 +290,13 @@ class _Walk:
             if need > w.free:
                 if not spec.discretionary:
                     return "done"
-                chosen, self.vpos = _discretionary_victims(ctx, w, self.victims, self.vpos, need - w.free, float(vlt[c]))
+                vlt_c = float(vlt[c])
+                chosen = self.tail.take(w, need - w.free, vlt_c)
                 if not chosen:
                     return "done"
                 for v in chosen:
                     w.preempt(v, forced=False, save_tail=True)
-                self.floor = max(self.floor, float(vlt[chosen].max()))
+                self.floor = max(self.floor, float(vlt[chosen[-1]]))
             w.alloc[c] = need
             w.free -= need
             w.sched[c] = tokens
