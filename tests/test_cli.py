@@ -64,4 +64,4 @@ def test_bench_sim_bad_policy_and_bad_trace_line_are_clear_errors(tmp_path):
 
 def test_bench_figures_rejects_an_unknown_selection():
     r = invoke("bench", "figures", "--only", "fig99")
-    assert r.exit_code == 2 and "expected all|main|ablation|sweeps" in r.output
+    assert r.exit_code == 2 and "expected all|main|ablation|sweeps|report|replot" in r.output

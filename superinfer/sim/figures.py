@@ -56,6 +56,30 @@ def _save(out: str, name: str, payload: dict) -> str:
     return path
 
 
+def _replot(out: str) -> None:
+    """Redraw every figure from its JSON (after a plotting change, without rerunning the simulations)."""
+    import glob
+
+    for path in sorted(glob.glob(os.path.join(out, "fig*.json"))):
+        with open(path) as fh:
+            data = json.load(fh)
+        name = os.path.basename(path)[:-5]
+        png = os.path.join(out, f"{name}.png")
+        if name.startswith("fig16_"):
+            seeds = max(r["seed"] for r in data["runs"]) + 1
+            attainment_vs_x(data["summary"], png, f"{data['model']} on gh200, {data['workload']} lengths, Poisson, "
+                            f"{data.get('duration_s', 120.0):g} s, {seeds} seeds")
+        elif name == "fig17_ablation":
+            attainment_vs_x(data["summary"], png, f"Ablation: {SWEEP_MODEL}, {SWEEP_WORKLOAD}, gh200", group="variant")
+        else:
+            field = {"fig18_alpha": "alpha", "fig19_delta_f": "delta_f", "fig20_delta_b": "delta_b",
+                     "fig21_b_xfer": "b_xfer"}[name]
+            metric_vs_x(data["summary"], png, f"lvf, {SWEEP_MODEL}, {SWEEP_WORKLOAD}, {SWEEP_RPS:g} RPS, gh200: "
+                        f"{field} sweep", ("ttft_attainment", "tbt_attainment", "ttft_p99_s", "tbt_gap_p99_s"),
+                        x=field, xlabel=field)
+        click.echo(png)
+
+
 def _sweep(base: RunSpec, seeds: int, values: list, field: str, label: str,
            workers: int | None) -> tuple[list[dict], list[dict]]:
     specs = []
@@ -78,13 +102,25 @@ def _sweep(base: RunSpec, seeds: int, values: list, field: str, label: str,
 @click.option("--out", default="bench/results", show_default=True, type=click.Path(file_okay=False))
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(1, 100))
 @click.option("--duration", default=120.0, show_default=True, type=click.FloatRange(min=1))
-@click.option("--only", default="all", show_default=True, help="all | main | ablation | sweeps")
+@click.option("--only", default="all", show_default=True,
+              help="all | main | ablation | sweeps | report (table from existing JSON) | replot (PNGs from existing JSON)")
 @click.option("--workers", default=None, type=click.IntRange(min=1))
 def figures(out: str, seeds: int, duration: float, only: str, workers: int | None) -> None:
     """Regenerate the reproduction figures (PNG) and their JSON into OUT."""
-    if only not in ("all", "main", "ablation", "sweeps"):
-        raise click.BadParameter(f"expected all|main|ablation|sweeps, got {only!r}", param_hint="--only")
+    if only not in ("all", "main", "ablation", "sweeps", "report", "replot"):
+        raise click.BadParameter(f"expected all|main|ablation|sweeps|report|replot, got {only!r}", param_hint="--only")
     os.makedirs(out, exist_ok=True)
+    if only == "report":
+        from superinfer.sim.report import markdown, reproduction_rows
+
+        rows = reproduction_rows(out)
+        _save(out, "reproduction_summary", {"command": "superinferd bench figures " + " ".join(sys.argv[3:]),
+                                            "rows": rows})
+        click.echo(markdown(rows))
+        return
+    if only == "replot":
+        _replot(out)
+        return
     command = "superinferd bench figures " + " ".join(sys.argv[3:])
     base = _paper_base(duration)
     t0 = time.time()
@@ -96,8 +132,8 @@ def figures(out: str, seeds: int, duration: float, only: str, workers: int | Non
             name = f"fig16_{model}_{workload}"
             png = attainment_vs_x(summary, os.path.join(out, f"{name}.png"),
                                   f"{model} on gh200, {workload} lengths, Poisson, {duration:g} s, {seeds} seeds")
-            _save(out, name, {"command": command, "model": model, "workload": workload, "runs": runs,
-                              "summary": summary, "plot": png})
+            _save(out, name, {"command": command, "model": model, "workload": workload, "duration_s": duration,
+                              "seeds": seeds, "runs": runs, "summary": summary, "plot": png})
             click.echo(f"{name}: {len(runs)} runs, {time.time() - t0:.0f} s")
     sweep_base = replace(base, model=SWEEP_MODEL, workload=SWEEP_WORKLOAD, rps=SWEEP_RPS)
     if only in ("all", "ablation"):
