@@ -39,6 +39,10 @@ class LazyGroup(click.Group):
     cls=LazyGroup,
     lazy={
         "probe": "superinfer.duplexkv.cli:probe",
+        "start": "superinfer.daemon.cli:start",
+        "stop": "superinfer.daemon.cli:stop",
+        "status": "superinfer.daemon.cli:status",
+        "config": "superinfer.daemon.cli:config",
     },
 )
 @click.version_option(__version__, prog_name="superinferd")

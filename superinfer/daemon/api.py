@@ -1,0 +1,127 @@
+"""The control API (FastAPI). Field names are a contract with the TUI and the tuner: docs/daemon.md.
+
+Routes: ``GET /healthz``, ``GET /v1/state``, ``GET /v1/params``, ``PUT /v1/params`` (bearer token),
+``GET /v1/config``, ``GET /metrics``, the OpenAPI schema at ``/openapi.json`` (docs at ``/docs``), plus
+the backend's OpenAI routes (``/v1/completions``, ``/v1/models``, ...). Errors are
+``{"error": {"message", "type", "code", ...}}``. Invariants: mutating calls are refused with 401 unless
+``Authorization: Bearer <state-dir/api-token>``; a bad request never changes anything; a failing
+handler answers 500 without stopping the daemon.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from superinfer import __version__
+from superinfer.daemon.httputil import HttpError, error, json_body
+from superinfer.daemon.metrics import CONTENT_TYPE_LATEST
+from superinfer.daemon.params import BOUNDS, ParamError
+
+if TYPE_CHECKING:
+    from superinfer.daemon.server import Daemon
+
+STATE_SCHEMA_VERSION = 1
+
+
+class ParamsUpdate(BaseModel):
+    """Body of ``PUT /v1/params``: any subset; bounds as in ``superinfer.core.PARAM_BOUNDS``."""
+
+    model_config = ConfigDict(extra="forbid")
+    alpha: float | None = Field(None, ge=BOUNDS["alpha"][0], le=BOUNDS["alpha"][1], description="VLT weight of rotary requests")
+    delta_b: float | None = Field(None, ge=BOUNDS["delta_b"][0], le=BOUNDS["delta_b"][1], description="TBT slack δ_B (s)")
+    delta_f: float | None = Field(None, ge=BOUNDS["delta_f"][0], le=BOUNDS["delta_f"][1], description="TTFT slack δ_F (s)")
+    min_residency: int | None = Field(None, ge=BOUNDS["min_residency"][0], le=BOUNDS["min_residency"][1])
+    max_rotations: int | None = Field(None, ge=BOUNDS["max_rotations"][0], le=BOUNDS["max_rotations"][1])
+    b_xfer: int | None = Field(None, ge=BOUNDS["b_xfer"][0], le=BOUNDS["b_xfer"][1],
+                               description="blocks per iteration per direction")
+
+
+def _authorized(request: Request, token: str) -> bool:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
+
+
+def build_app(daemon: "Daemon") -> FastAPI:
+    app = FastAPI(title="superinferd control API", version=__version__,
+                  description="State, live parameters and metrics of one superinferd. "
+                              "Field names are stable (schema version %d); see docs/daemon.md." % STATE_SCHEMA_VERSION)
+
+    @app.exception_handler(HttpError)
+    async def _http_error(_: Request, exc: HttpError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, exc: Exception) -> JSONResponse:
+        daemon.log.exception("request failed")
+        return error(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error")
+
+    @app.get("/healthz", tags=["control"], summary="Liveness: 200 while serving, 503 while starting, "
+                                                   "draining or when the engine loop stalled")
+    async def healthz() -> JSONResponse:
+        status = daemon.health()
+        return JSONResponse({"status": status, "backend": daemon.backend.name,
+                             "simulation": daemon.backend.simulation, "pid": os.getpid()},
+                            status_code=200 if status == "ok" else 503)
+
+    @app.get("/v1/state", tags=["control"], summary="One JSON snapshot of the daemon and its engine")
+    async def state() -> dict[str, Any]:
+        return daemon.state()
+
+    @app.get("/v1/params", tags=["control"], summary="Live scheduler parameters")
+    async def get_params() -> dict[str, Any]:
+        return daemon.store.snapshot()
+
+    @app.put("/v1/params", tags=["control"], summary="Change live parameters (bearer token); applied from "
+             "the next iteration, no restart",
+             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                 "schema": ParamsUpdate.model_json_schema()}}},
+                 "security": [{"bearer": []}]})
+    async def put_params(request: Request) -> JSONResponse:
+        if not _authorized(request, daemon.token):
+            return error(401, "missing or wrong bearer token (see <state-dir>/api-token)", "unauthorized",
+                         headers={"WWW-Authenticate": "Bearer"})
+        body = await json_body(request)
+        try:
+            snap = daemon.store.update(body, source=f"api:{request.client.host if request.client else '?'}")
+        except ParamError as exc:
+            extra: dict[str, Any] = {"param": exc.key}
+            if exc.bound is not None:
+                extra["bound"] = list(exc.bound)
+            return error(422, str(exc), "invalid_parameter", **extra)
+        daemon.log.info("params changed by the API: %s", body)
+        return JSONResponse(snap)
+
+    @app.get("/v1/config", tags=["control"], summary="Effective configuration and where each value came from")
+    async def config() -> dict[str, Any]:
+        return daemon.cfg.as_dict()
+
+    @app.get("/metrics", tags=["control"], summary="Prometheus metrics (text format)")
+    async def metrics() -> Response:
+        daemon.metrics.inflight.set(daemon.backend.inflight())
+        return Response(daemon.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    original = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = original()
+            schema.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
+                "type": "http", "scheme": "bearer", "description": "the token in <state-dir>/api-token"}
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    daemon.backend.register_routes(app, daemon)
+    return app
+
+
+def uptime(started: float) -> float:
+    return round(time.monotonic() - started, 3)

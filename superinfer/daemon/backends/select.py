@@ -1,0 +1,61 @@
+"""``--backend auto|vllm|sim``: which engine this daemon runs, and why (logged)."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from pathlib import Path
+
+from superinfer.daemon.backends.base import Backend
+from superinfer.daemon.config import Config
+
+log = logging.getLogger("superinfer.daemon")
+
+
+def vllm_unavailable(cfg: Config) -> str | None:
+    """Why the vllm backend cannot run here (None: it can)."""
+    model_path = cfg.get("engine", "model_path")
+    if not model_path:
+        return "the profile has no engine.model_path"
+    if not Path(model_path).exists() and "/" not in model_path:
+        return f"engine.model_path {model_path!r} does not exist"
+    try:
+        importlib.import_module("vllm")
+    except ImportError as exc:
+        return f"vLLM is not installed ({exc})"
+    try:
+        plugin = importlib.import_module("superinfer.vllm")
+        getattr(plugin, "RotaScheduler")
+        getattr(plugin, "DuplexKVConnector")
+    except (ImportError, AttributeError) as exc:
+        return f"the superinfer vLLM plugin is not available ({exc})"
+    device = cfg.d("device")
+    if device == "cpu":
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return "no CUDA device (pass --device cpu to serve with the CPU vLLM stack)"
+
+
+def select_backend(cfg: Config) -> Backend:
+    from superinfer.daemon.server import StartError
+
+    choice = cfg.d("backend")
+    if choice in ("vllm", "auto"):
+        reason = vllm_unavailable(cfg)
+        if reason is None:
+            from superinfer.daemon.backends.vllm import VllmBackend
+
+            return VllmBackend(cfg)
+        if choice == "vllm":
+            code = 2 if "model_path" in reason else 1
+            raise StartError(f"--backend vllm: {reason}", code)
+        log.warning("backend auto: vllm unavailable (%s); starting the digital twin (SIMULATION)", reason)
+    from superinfer.daemon.backends.sim import SimBackend
+
+    try:
+        return SimBackend(cfg)
+    except ValueError as exc:
+        raise StartError(f"sim backend: {exc}", 2) from None

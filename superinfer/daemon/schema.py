@@ -1,0 +1,192 @@
+"""The profile schema: every section, key, type, bound and default, in one table.
+
+Invariants: every key a profile may hold is listed here (anything else is an error); every value a
+profile, an environment variable or a flag supplies passes :func:`check_value` before use; defaults
+themselves pass it (checked at import). Tenants (``[[tenants]]``) are described by :data:`TENANT_KEYS`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from superinfer.core import PARAM_BOUNDS
+from superinfer.sim.engine import SIM_POLICIES
+
+
+@dataclass(frozen=True)
+class Key:
+    """One setting. ``kind``: int, float, bool, str, choice or b_xfer (the string "auto" or an int >= 0)."""
+
+    kind: str
+    default: Any
+    help: str
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False  # lo itself is excluded (for "> 0")
+    choices: tuple[str, ...] = ()
+
+    def expected(self) -> str:
+        """What a valid value looks like, for error messages."""
+        if self.kind == "choice":
+            return "one of " + ", ".join(repr(c) for c in self.choices)
+        if self.kind == "b_xfer":
+            return "\"auto\" or an integer >= 0 (blocks per iteration per direction)"
+        what = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}[self.kind]
+        if self.lo is not None and self.hi is not None and not self.lo_open:
+            return f"{what} within [{_num(self.lo)}, {_num(self.hi)}]"
+        parts = []
+        if self.lo is not None:
+            parts.append(f"{'>' if self.lo_open else '>='} {_num(self.lo)}")
+        if self.hi is not None:
+            parts.append(f"<= {_num(self.hi)}")
+        return what + (" " + " and ".join(parts) if parts else "")
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(x)
+
+
+def _bounded(name: str, kind: str, default: Any, help: str) -> Key:
+    lo, hi = PARAM_BOUNDS[name]
+    return Key(kind, default, help, lo, hi)
+
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+SCHEMA: dict[str, dict[str, Key]] = {
+    "engine": {
+        "model": Key("str", "llama-3-8b", "model profile of the twin and of the probe's block size "
+                     "(superinfer.sim.models: llama-3-8b, qwen2.5-32b, mixtral-8x7b)"),
+        "model_path": Key("str", "", "vLLM model (local directory or name); empty: the vllm backend is unavailable"),
+        "served_model_name": Key("str", "", "model name clients send; empty: model_path (vllm) or 'superinfer-sim:<model>'"),
+        "hardware": Key("str", "gh200", "the twin's hardware profile (superinfer.sim.hardware)"),
+        "block_size": Key("int", 16, "tokens per KV block", 1, 1024),
+        "max_num_seqs": Key("int", 256, "most sequences in one iteration", 1, 1 << 20),
+        "max_num_batched_tokens": Key("int", 8192, "token budget of one iteration", 1, 1 << 24),
+        "max_model_len": Key("int", 0, "vLLM max_model_len; 0: the model's own", 0, 1 << 24),
+        "dram_gib": Key("float", 64.0, "host DRAM pool for parked KV (GiB)", 0, 1 << 20),
+        "kv_cache_gib": Key("float", 0.0, "vLLM on CPU: VLLM_CPU_KVCACHE_SPACE (GiB); 0: vLLM's default", 0, 1 << 20),
+        "gpu_memory_utilization": Key("float", 0.9, "vLLM on GPU: share of HBM vLLM may use", 0, 1, lo_open=True),
+        "num_gpu_blocks_override": Key("int", 0, "vLLM: fix the number of device KV blocks; 0: measured", 0, 1 << 30),
+        "dtype": Key("choice", "auto", "vLLM dtype", choices=("auto", "float32", "bfloat16", "float16")),
+        "enforce_eager": Key("bool", False, "vLLM: no CUDA graphs / torch.compile"),
+        "drain_timeout_s": Key("float", 30.0, "on SIGTERM, how long in-flight requests may finish", 0, 86400, lo_open=True),
+        "startup_timeout_s": Key("float", 900.0, "vllm backend: how long model loading may take", 0, 86400, lo_open=True),
+        "max_inflight": Key("int", 4096, "requests the daemon holds at once; more get 503", 1, 1 << 24),
+    },
+    "slo": {
+        "ttft_s": Key("float", 5.0, "time-to-first-token SLO of the default tenant (s)", 0, 3600, lo_open=True),
+        "tbt_s": Key("float", 0.1, "time-between-tokens SLO of the default tenant (s)", 0, 3600, lo_open=True),
+        "window_s": Key("float", 60.0, "window of the attainment and percentiles in /v1/state (s)", 0, 86400, lo_open=True),
+        "default_tenant": Key("str", "default", "tenant of requests that name none"),
+        "unknown_tenant": Key("choice", "default", "a request naming an unknown tenant: serve it as the "
+                              "default tenant, or reject it (HTTP 400)", choices=("default", "reject")),
+    },
+    "scheduler": {
+        "policy": Key("choice", "lvf", "scheduling policy (lvf = RotaSched; others are baselines, twin only)",
+                      choices=SIM_POLICIES),
+        "alpha": _bounded("alpha", "float", 3.0, "VLT weight of rotary requests"),
+        "delta_b": _bounded("delta_b", "float", 0.0, "TBT slack δ_B (s)"),
+        "delta_f": _bounded("delta_f", "float", 0.5, "TTFT slack δ_F (s)"),
+        "min_residency": _bounded("min_residency", "int", 4, "iterations after a swap-in before a request may be a victim"),
+        "max_rotations": _bounded("max_rotations", "int", 64, "discretionary rotations per request"),
+        "b_xfer": Key("b_xfer", "auto", "transfer budget; auto: vllm from the startup probe, sim from the twin's hardware"),
+        "probe_size_mb": Key("int", 8, "startup probe: MiB per direction (small keeps startup fast)", 1, 1 << 16),
+        "probe_repeats": Key("int", 3, "startup probe: repeats (median)", 1, 100),
+        "iteration_s": Key("float", 0.05, "iteration time B_xfer is sized for (s)", 0, 10, lo_open=True),
+        "eta": Key("float", 0.8, "share of an iteration copies may use", 0, 1, lo_open=True),
+    },
+    "tuner": {
+        "enabled": Key("bool", False, "run the online tuner (it writes params through PUT /v1/params)"),
+        "interval_s": Key("float", 60.0, "seconds between tuner decisions", 0, 86400, lo_open=True),
+        "min_samples": Key("int", 200, "finished requests per decision", 1, 1 << 30),
+        "target_attainment": Key("float", 0.9, "SLO attainment the tuner aims for", 0, 1, lo_open=True),
+        "storage": Key("str", "", "tuner study storage; empty: <state-dir>/tuner.db"),
+    },
+    "sim": {
+        "workload": Key("str", "chat", "twin replay: synthetic name (chat, code, sharegpt, lmsys, long-context) or trace path"),
+        "arrival": Key("str", "poisson", "twin replay arrivals: poisson, gamma:<b>, hawkes[:n[:decay]]"),
+        "rps": Key("float", 2.0, "twin replay rate (req/s); 0: no replay, HTTP requests only", 0, 1e6),
+        "chunk_s": Key("float", 300.0, "the replay is generated chunk by chunk, each this long (s), seed+1 each", 0, 86400, lo_open=True),
+        "seed": Key("int", 0, "replay seed", 0, 1 << 31),
+    },
+}
+
+#: keys of one ``[[tenants]]`` entry; None default: inherit from ``[slo]``
+TENANT_KEYS: dict[str, Key] = {
+    "name": Key("str", None, "tenant name ([A-Za-z0-9_.-], up to 64 characters)"),
+    "ttft_s": Key("float", None, "TTFT SLO (s); default [slo].ttft_s", 0, 3600, lo_open=True),
+    "tbt_s": Key("float", None, "TBT SLO (s); default [slo].tbt_s", 0, 3600, lo_open=True),
+    "weight": Key("float", 1.0, "VLT weight (>= 1)", 1, 1e6),
+    "priority": Key("int", 0, "priority for the priority baseline (lower first)", -1000, 1000),
+    "share": Key("float", 1.0, "twin replay: relative share of requests", 0, 1e6),
+}
+
+
+class SchemaError(ValueError):
+    """A value does not match its key; ``expected`` says what would."""
+
+    def __init__(self, expected: str, value: Any) -> None:
+        super().__init__(f"expected {expected}, got {value!r}")
+        self.expected = expected
+        self.value = value
+
+
+def check_value(key: Key, value: Any) -> Any:
+    """Return ``value`` (ints widened to float for float keys) or raise :class:`SchemaError`."""
+    kind = key.kind
+    if kind == "b_xfer":
+        if value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SchemaError(key.expected(), value)
+        return value
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise SchemaError(key.expected(), value)
+        return value
+    if kind in ("str", "choice"):
+        if not isinstance(value, str) or (kind == "choice" and value not in key.choices):
+            raise SchemaError(key.expected(), value)
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float) if kind == "float" else int):
+        raise SchemaError(key.expected(), value)
+    if kind == "float":
+        value = float(value)
+        if not math.isfinite(value):
+            raise SchemaError(key.expected(), value)
+    if key.lo is not None and (value <= key.lo if key.lo_open else value < key.lo):
+        raise SchemaError(key.expected(), value)
+    if key.hi is not None and value > key.hi:
+        raise SchemaError(key.expected(), value)
+    return value
+
+
+def parse_text(key: Key, text: str) -> Any:
+    """Parse an environment variable or ``--set`` value for ``key``; raises :class:`SchemaError`."""
+    text = text.strip()
+    try:
+        if key.kind == "int":
+            value: Any = int(text)
+        elif key.kind == "float":
+            value = float(text)
+        elif key.kind == "bool":
+            low = text.lower()
+            if low not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ValueError(text)
+            value = low in ("1", "true", "yes", "on")
+        elif key.kind == "b_xfer":
+            value = text if text == "auto" else int(text)
+        else:
+            value = text
+    except ValueError:
+        raise SchemaError(key.expected(), text) from None
+    return check_value(key, value)
+
+
+for _section, _keys in SCHEMA.items():  # the defaults obey their own schema
+    for _name, _key in _keys.items():
+        check_value(_key, _key.default)

@@ -1,0 +1,331 @@
+"""``superinferd start``: wire config, state dir, probe, params, backend, control API, signals, systemd.
+
+Startup order: choose the backend (config errors exit 2 before anything is touched) -> lock the state
+dir (a second daemon exits 1) -> api-token -> bandwidth probe (unless ``scheduler.b_xfer`` is fixed) ->
+params (restored from ``state.json`` when the profile's scheduler section is unchanged) -> control API
+listening -> backend started (the vLLM child loads its model meanwhile; ``/healthz`` says ``starting``) ->
+``READY=1``. SIGTERM/SIGINT: stop admission, drain up to ``engine.drain_timeout_s``, persist
+``state.json``, stop the API, exit 0. WATCHDOG=1 is sent by the event loop only while the engine loop's
+heartbeat is fresh, so a stuck engine or a stuck event loop both stop the pings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from superinfer import __version__
+from superinfer.daemon import lifecycle as lc
+from superinfer.daemon.backends.base import Backend
+from superinfer.daemon.config import Config
+from superinfer.daemon.metrics import DaemonMetrics
+from superinfer.daemon.notify import Notifier, watchdog_interval_s
+from superinfer.daemon.params import ParamStore
+from superinfer.daemon.stats import SloWindow
+
+log = logging.getLogger("superinfer.daemon")
+STALL_S = 30.0  # an engine loop silent this long is stalled (watchdog pings stop, /healthz 503)
+PERSISTED_PARAM_KEYS = ("alpha", "delta_b", "delta_f", "min_residency", "max_rotations")
+
+
+class StartError(RuntimeError):
+    """Startup failed; ``code`` is the exit status (1 failure, 2 configuration)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Daemon:
+    """Everything one running daemon shares between the API, the backend and the lifecycle."""
+
+    def __init__(self, cfg: Config, backend: Backend) -> None:
+        self.cfg = cfg
+        self.backend = backend
+        self.log = log
+        self.state_dir = cfg.state_dir
+        self.started = time.monotonic()
+        self.started_unix = time.time()
+        self.draining = False
+        self.ready = False
+        self.token = ""
+        self.probe: dict[str, Any] | None = None
+        self.store: ParamStore
+        self.metrics = DaemonMetrics([t.name for t in cfg.tenants], backend=backend.name, profile=cfg.profile,
+                                     model=backend.model_name(), simulation=backend.simulation)
+        self.slo = SloWindow([t.name for t in cfg.tenants], cfg.get("slo", "window_s"))
+        self.port = cfg.d("port")
+
+    def health(self) -> str:
+        if getattr(self.backend, "crashed", None) is not None:
+            return "failed"
+        if self.draining:
+            return "draining"
+        if not self.ready:
+            return "starting"
+        if time.monotonic() - self.backend.beat > STALL_S:
+            return "stalled"
+        return "ok"
+
+    def state(self) -> dict[str, Any]:
+        """The ``/v1/state`` document (field names: docs/daemon.md)."""
+        b = self.backend
+        tenants = {t.name: {"ttft_slo_s": t.ttft_slo, "tbt_slo_s": t.tbt_slo, "weight": t.weight,
+                            "priority": t.priority} for t in self.cfg.tenants}
+        window = self.slo.summary()
+        for name, w in window.items():
+            tenants[name]["window"] = w
+        out: dict[str, Any] = {
+            "schema_version": 1,
+            "backend": b.name,
+            "simulation": b.simulation,
+            "status": self.health(),
+            "version": __version__,
+            "pid": os.getpid(),
+            "model": b.model_name(),
+            "profile": self.cfg.profile,
+            "profile_path": str(self.cfg.profile_path),
+            "uptime_s": round(time.monotonic() - self.started, 3),
+            "started_at": self.started_unix,
+            "params": self.store.snapshot(),
+            "probe": self.probe,
+            "slo_window_s": self.slo.window_s,
+            "tenants": tenants,
+        }
+        out.update(b.engine_state())
+        return out
+
+    def status_line(self) -> str:
+        c = self.backend.counters()
+        sim = "SIMULATION " if self.backend.simulation else ""
+        live = c.get("arrived", 0) - c.get("finished", 0) - c.get("rejected", 0) - c.get("aborted", 0)
+        return (f"{sim}{self.cfg.profile}/{self.backend.name}: {live} live ({self.backend.inflight()} over HTTP), "
+                f"{c.get('arrived', 0)} arrived, {c.get('finished', 0)} finished")
+
+
+def choose_backend(cfg: Config) -> Backend:
+    """The backend for ``--backend``; raises :class:`StartError` (code 2 for configuration problems)."""
+    from superinfer.daemon.backends.select import select_backend
+
+    return select_backend(cfg)
+
+
+def run_probe(daemon: Daemon) -> None:
+    """The startup bandwidth probe (small, a second or two); logs the figures."""
+    cfg, b = daemon.cfg, daemon.backend
+    block_bytes = b.block_bytes()
+    if block_bytes is None:
+        return
+    t0 = time.monotonic()
+    try:
+        from superinfer.duplexkv.probe import run_probe as probe
+
+        size = max(cfg.get("scheduler", "probe_size_mb") << 20, block_bytes)
+        res = probe(block_bytes, device=cfg.d("device"), iteration_s=cfg.get("scheduler", "iteration_s"),
+                    bytes_each_way=size, repeats=cfg.get("scheduler", "probe_repeats"),
+                    eta=cfg.get("scheduler", "eta")).as_dict()
+    except Exception as exc:  # noqa: BLE001 - the daemon serves without a probe, and says so
+        log.error("bandwidth probe failed (%s: %s); B_xfer falls back", type(exc).__name__, exc)
+        return
+    res["elapsed_s"] = round(time.monotonic() - t0, 3)
+    daemon.probe = res
+    daemon.metrics.set_probe(res)
+    log.info("probe: %s (%s), block %d bytes: one way H2D %.2f GB/s, D2H %.2f GB/s; both at once H2D %.2f, "
+             "D2H %.2f GB/s (duplex factor %.2f) -> B_xfer %d blocks per %g s iteration (%.2f s)",
+             res["device"], res["device_name"], block_bytes, res["h2d_gbps"], res["d2h_gbps"],
+             res["duplex_h2d_gbps"], res["duplex_d2h_gbps"], res["duplex_factor"], res["b_xfer_blocks"],
+             res["iteration_s"], res["elapsed_s"])
+    if res.get("note"):
+        log.warning("probe: %s", res["note"])
+
+
+def initial_params(daemon: Daemon) -> ParamStore:
+    cfg, b = daemon.cfg, daemon.backend
+    fixed = cfg.get("scheduler", "b_xfer")
+    if fixed != "auto":
+        b_xfer, b_src = int(fixed), cfg.values["scheduler"]["b_xfer"].source
+    elif b.default_b_xfer() is not None:
+        b_xfer, b_src = int(b.default_b_xfer()), f"{b.name} backend"
+        if b.simulation:
+            log.info("B_xfer %d from the twin's hardware profile %s (the probe measures this host, not the twin)",
+                     b_xfer, cfg.get("engine", "hardware"))
+    elif daemon.probe is not None:
+        b_xfer, b_src = int(daemon.probe["b_xfer_blocks"]), "probe"
+    else:
+        from superinfer.daemon.params import B_XFER_BOUNDS  # noqa: F401 - documented fallback
+
+        b_xfer, b_src = 64, "fallback (probe failed)"
+    params = cfg.params()
+    source = "profile"
+    persisted = lc.read_json(daemon.state_dir / lc.STATE_FILE)
+    if persisted and persisted.get("profile") == cfg.profile:
+        now_profile = {k: cfg.get("scheduler", k) for k in PERSISTED_PARAM_KEYS}
+        if persisted.get("profile_params") == now_profile and isinstance(persisted.get("params"), dict):
+            try:
+                params = params.replace(**{k: persisted["params"][k] for k in PERSISTED_PARAM_KEYS})
+                source = f"state:{daemon.state_dir / lc.STATE_FILE}"
+                log.info("live params restored from %s (the profile's scheduler section is unchanged)",
+                         daemon.state_dir / lc.STATE_FILE)
+            except (KeyError, ValueError, TypeError) as exc:
+                log.warning("ignoring persisted params in %s: %s", daemon.state_dir / lc.STATE_FILE, exc)
+    store = ParamStore(params, b_xfer, cfg.tenants, daemon.state_dir / lc.PARAMS_FILE, source)
+    log.info("params (%s): alpha=%g delta_b=%g delta_f=%g min_residency=%d max_rotations=%d; B_xfer=%d (%s)",
+             source, params.alpha, params.delta_b, params.delta_f, params.min_residency, params.max_rotations,
+             b_xfer, b_src)
+    return store
+
+
+def persist(daemon: Daemon, drain: dict[str, Any] | None) -> Path:
+    cfg = daemon.cfg
+    data = {
+        "profile": cfg.profile,
+        "backend": daemon.backend.name,
+        "simulation": daemon.backend.simulation,
+        "stopped_at": time.time(),
+        "uptime_s": round(time.monotonic() - daemon.started, 3),
+        "params": {k: daemon.store.values[k] for k in PERSISTED_PARAM_KEYS},
+        "b_xfer": daemon.store.values["b_xfer"],
+        "params_version": daemon.store.version,
+        "profile_params": {k: cfg.get("scheduler", k) for k in PERSISTED_PARAM_KEYS},
+        "counters": daemon.backend.counters(),
+        "drain": drain,
+    }
+    path = daemon.state_dir / lc.STATE_FILE
+    lc.write_json_atomic(path, data)
+    return path
+
+
+class _Server:
+    """uvicorn's Server without its own signal handling (the daemon drains first, then stops it)."""
+
+    def __new__(cls, config):  # noqa: D401 - factory
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self):  # type: ignore[override]
+                yield
+
+        return Server(config)
+
+
+async def serve(daemon: Daemon) -> int:
+    import uvicorn
+
+    from superinfer.daemon.api import build_app
+
+    cfg = daemon.cfg
+    notifier = Notifier()
+    app = build_app(daemon)
+    server = _Server(uvicorn.Config(app, host=cfg.d("host"), port=cfg.d("port"), log_level="warning",
+                                    access_log=False, lifespan="off", timeout_graceful_shutdown=5))
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    server_task = asyncio.create_task(server.serve())
+    while not server.started:
+        if server_task.done():
+            exc = server_task.exception()
+            raise StartError(f"control API could not listen on {cfg.d('host')}:{cfg.d('port')}: "
+                             f"{exc or 'uvicorn exited'}")
+        await asyncio.sleep(0.02)
+    sock = server.servers[0].sockets[0].getsockname()
+    daemon.port = int(sock[1])
+    lc.write_json_atomic(daemon.state_dir / lc.RUNTIME_FILE, {
+        "pid": os.getpid(), "host": cfg.d("host"), "port": daemon.port, "profile": cfg.profile,
+        "backend": daemon.backend.name, "simulation": daemon.backend.simulation, "started_at": daemon.started_unix,
+        "url": f"http://{cfg.d('host')}:{daemon.port}"})
+    log.info("control API on http://%s:%d (state /v1/state, metrics /metrics, OpenAPI /openapi.json)",
+             cfg.d("host"), daemon.port)
+    notifier.status(f"starting backend {daemon.backend.name}")
+    start_task = asyncio.create_task(daemon.backend.start(daemon))
+    wd = watchdog_interval_s()
+    tick = min(wd or 2.0, 2.0)
+    last_status = 0.0
+    exit_code = 0
+    stop_wait = asyncio.create_task(stop.wait())
+    while True:  # the serving loop: startup, then steady state, until a signal
+        if start_task is not None and start_task.done():
+            if start_task.exception() is not None:
+                exc = start_task.exception()
+                log.error("backend %s failed to start: %s", daemon.backend.name, exc)
+                exit_code = getattr(exc, "code", 1)
+                stop.set()
+            else:
+                daemon.ready = True
+                notifier.ready(daemon.status_line())
+                log.info("ready: %s", daemon.status_line())
+            start_task = None
+        if stop.is_set():
+            break
+        health = daemon.health()
+        if health in ("ok", "starting") and notifier.enabled:
+            notifier.watchdog()
+            now = time.monotonic()
+            if now - last_status >= 5.0:
+                last_status = now
+                notifier.status(daemon.status_line())
+        if health == "failed":
+            log.error("engine loop failed; shutting down")
+            exit_code = 1
+            break
+        waiters = [stop_wait] + ([start_task] if start_task is not None else [])
+        await asyncio.wait(waiters, timeout=tick, return_when=asyncio.FIRST_COMPLETED)
+
+    # ---- shutdown: stop admission, drain, persist, stop serving
+    daemon.draining = True
+    daemon.metrics.draining.set(1)
+    timeout = cfg.get("engine", "drain_timeout_s")
+    log.info("shutting down: admission stopped, draining (up to %.0f s): %s", timeout, daemon.status_line())
+    notifier.stopping(f"draining {daemon.backend.inflight()} requests")
+    if start_task is not None:
+        start_task.cancel()
+        with contextlib.suppress(BaseException):
+            await start_task
+    daemon.backend.stop_admission()
+    drain = None
+    try:
+        drain = await daemon.backend.drain(timeout)
+    except Exception:  # noqa: BLE001 - still persist and exit
+        log.exception("drain failed")
+        exit_code = exit_code or 1
+    path = persist(daemon, drain)
+    log.info("state persisted to %s: %s", path, daemon.backend.counters())
+    stop_wait.cancel()
+    server.should_exit = True
+    with contextlib.suppress(BaseException):
+        await asyncio.wait_for(server_task, timeout=10)
+    await daemon.backend.close()
+    notifier.close()
+    return exit_code
+
+
+def run(cfg: Config) -> int:
+    """Start in the foreground; returns the exit status (0 ok, 1 failure, 2 configuration)."""
+    backend = choose_backend(cfg)
+    lc.ensure_state_dir(cfg.state_dir)
+    lock = lc.PidLock(cfg.state_dir)
+    lock.acquire()  # AlreadyRunning propagates to the CLI
+    try:
+        daemon = Daemon(cfg, backend)
+        daemon.token = lc.api_token(cfg.state_dir)
+        log.info("superinferd %s: profile %s (%s), backend %s, state dir %s", __version__, cfg.profile,
+                 cfg.profile_path, backend.name, cfg.state_dir)
+        if cfg.get("scheduler", "b_xfer") == "auto":
+            run_probe(daemon)
+        daemon.store = initial_params(daemon)
+        daemon.store.listeners.append(backend.on_params)
+        daemon.store.listeners.append(lambda v: daemon.metrics.set_params(v, int(v["b_xfer"]), daemon.store.version))
+        daemon.metrics.set_params(daemon.store.values, int(daemon.store.values["b_xfer"]), daemon.store.version)
+        return asyncio.run(serve(daemon))
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            (cfg.state_dir / lc.RUNTIME_FILE).unlink()
+        lock.release()
