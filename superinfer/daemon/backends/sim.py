@@ -500,7 +500,7 @@ class SimBackend(Backend):
 
     def _parse(self, body: dict, daemon: "Daemon") -> SimRequest:
         prompt = body.get("prompt")
-        if isinstance(prompt, str):
+        if isinstance(prompt, str) and prompt:
             n = max(1, (len(prompt) + 3) // 4)
         elif isinstance(prompt, list) and prompt and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
             n = len(prompt)

@@ -1,0 +1,155 @@
+"""Start ``superinferd`` as a subprocess on loopback (``--port 0``; the port is read from runtime.json)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SUPERINFERD = [sys.executable, "-m", "superinfer.cli"]
+
+#: a small, fast test profile: fixed B_xfer (no probe), few sequences so queues form, no replay
+TEST_PROFILE = """
+[engine]
+model = "llama-3-8b"
+hardware = "gh200"
+max_num_seqs = 4
+drain_timeout_s = 30.0
+
+[slo]
+ttft_s = 5.0
+tbt_s = 0.1
+unknown_tenant = "reject"
+default_tenant = "chat"
+
+[scheduler]
+b_xfer = 256
+
+[sim]
+rps = 0.0
+
+[[tenants]]
+name = "chat"
+
+[[tenants]]
+name = "voice"
+ttft_s = 1.0
+tbt_s = 0.05
+weight = 4.0
+"""
+
+
+def base_env(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERINFER_")}
+    for k in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "STATE_DIRECTORY", "INVOCATION_ID"):
+        env.pop(k, None)
+    env["XDG_CONFIG_HOME"] = str(tmp / "xdg-config")
+    env["XDG_STATE_HOME"] = str(tmp / "xdg-state")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass
+class DaemonProc:
+    proc: subprocess.Popen
+    state_dir: Path
+    log: Path
+    url: str = ""
+    token: str = ""
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def get(self, path: str, **kw: Any) -> httpx.Response:
+        return httpx.get(self.url + path, timeout=10.0, **kw)
+
+    def put(self, path: str, **kw: Any) -> httpx.Response:
+        return httpx.put(self.url + path, timeout=10.0, **kw)
+
+    def post(self, path: str, **kw: Any) -> httpx.Response:
+        return httpx.post(self.url + path, timeout=60.0, **kw)
+
+    def state(self) -> dict[str, Any]:
+        r = self.get("/v1/state")
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def output(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            raise AssertionError(f"daemon did not exit within {timeout} s after SIGTERM:\n{self.output()[-4000:]}")
+
+
+def start_daemon(tmp: Path, *args: str, profile_text: str | None = TEST_PROFILE, state_dir: Path | None = None,
+                 env: dict[str, str] | None = None, wait_ready: bool = True, timeout: float = 60.0) -> DaemonProc:
+    state_dir = state_dir or tmp / "state"
+    cmd = [*SUPERINFERD, "start", "--backend", "sim", "--port", "0", "--state-dir", str(state_dir)]
+    if profile_text is not None:
+        pfile = tmp / "test-profile.toml"
+        pfile.write_text(profile_text)
+        cmd += ["--profile-file", str(pfile)]
+    cmd += list(args)
+    log = tmp / f"daemon-{len(list(tmp.glob('daemon-*.log')))}.log"
+    full_env = base_env(tmp)
+    full_env.update(env or {})
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=full_env, cwd=REPO)
+    d = DaemonProc(proc, state_dir, log)
+    if wait_ready:
+        wait_ready_(d, timeout)
+    return d
+
+
+def wait_ready_(d: DaemonProc, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    runtime = d.state_dir / "runtime.json"
+    while time.monotonic() < deadline:
+        if d.proc.poll() is not None:
+            raise AssertionError(f"daemon exited with {d.proc.returncode}:\n{d.output()[-4000:]}")
+        if runtime.exists() and not d.url:
+            try:
+                d.url = json.loads(runtime.read_text())["url"]
+            except (ValueError, KeyError):
+                pass
+        if d.url:
+            try:
+                if httpx.get(d.url + "/healthz", timeout=2.0).status_code == 200:
+                    d.token = (d.state_dir / "api-token").read_text().strip()
+                    return
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.05)
+    d.proc.kill()
+    raise AssertionError(f"daemon not ready within {timeout} s:\n{d.output()[-4000:]}")
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    return subprocess.run([*SUPERINFERD, *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory):
+    """One sim daemon shared by a module's read-mostly tests."""
+    tmp = tmp_path_factory.mktemp("daemon")
+    d = start_daemon(tmp)
+    yield d
+    code = d.terminate()
+    assert code == 0, d.output()[-4000:]
