@@ -1,0 +1,148 @@
+"""Profiles: the bundled ones are valid; broken ones exit 2 naming file and key; precedence and search."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from superinfer.daemon.config import resolve
+from superinfer.daemon.profiles import ProfileError, available_profiles, bundled_dir, load_profile
+from tests.daemon.conftest import base_env, run_cli
+
+pytestmark = pytest.mark.timeout(120)
+
+BUNDLED = sorted(bundled_dir().glob("*.toml"))
+
+
+def test_bundled_profiles_exist() -> None:
+    assert {p.stem for p in BUNDLED} >= {"chat", "voice", "batch", "multitenant"}
+
+
+@pytest.mark.parametrize("path", BUNDLED, ids=lambda p: p.stem)
+def test_every_bundled_profile_is_valid(path: Path) -> None:
+    load_profile(path)
+    cfg = resolve(path.stem, env={})
+    assert cfg.profile_path == path
+    cfg.params()
+    cfg.tenant_table()
+
+
+def test_profile_slos() -> None:
+    chat = resolve("chat", env={})
+    assert (chat.tenants[0].ttft_slo, chat.tenants[0].tbt_slo) == (5.0, 0.1)
+    assert resolve("voice", env={}).tenants[0].tbt_slo == 0.05
+    assert resolve("batch", env={}).tenants[0].ttft_slo > 60
+    multi = resolve("multitenant", env={})
+    assert len(multi.tenants) == 3
+    assert len({(t.ttft_slo, t.tbt_slo) for t in multi.tenants}) == 3
+    assert len({t.weight for t in multi.tenants}) == 3
+    assert multi.tenants[0].name == multi.get("slo", "default_tenant")
+
+
+BROKEN = [
+    ("[engine]\nmax_num_seqs = 4\nbogus = 1\n", "engine.bogus", "unknown key"),
+    ("[enigne]\nmax_num_seqs = 4\n", "enigne", "unknown section"),
+    ("[engine]\nmax_num_seqs = \"4\"\n", "engine.max_num_seqs", "expected an integer"),
+    ("[engine]\nmax_num_seqs = 0\n", "engine.max_num_seqs", "within [1, 1048576], got 0"),
+    ("[slo]\nttft_s = 0\n", "slo.ttft_s", "> 0"),
+    ("[slo]\ntbt_s = -0.1\n", "slo.tbt_s", "> 0"),
+    ("[slo]\nunknown_tenant = \"drop\"\n", "slo.unknown_tenant", "one of 'default', 'reject'"),
+    ("[scheduler]\nalpha = 101.0\n", "scheduler.alpha", "within [0, 100]"),
+    ("[scheduler]\nb_xfer = \"lots\"\n", "scheduler.b_xfer", "\"auto\" or an integer"),
+    ("[scheduler]\npolicy = \"random\"\n", "scheduler.policy", "one of"),
+    ("[tuner]\nenabled = 1\n", "tuner.enabled", "true or false"),
+    ("[[tenants]]\nname = \"a\"\n[[tenants]]\nname = \"a\"\n", "tenants[1].name", "duplicate tenant 'a'"),
+    ("[[tenants]]\nname = \"a\"\nweight = 0.5\n", "tenants[0].weight", "within [1, 1000000], got 0.5"),
+    ("[[tenants]]\nname = \"a\"\nttft_s = 0.0\n", "tenants[0].ttft_s", "> 0"),
+    ("[[tenants]]\nname = \"a\"\ncolour = \"red\"\n", "tenants[0].colour", "unknown key"),
+    ("[[tenants]]\nttft_s = 1.0\n", "tenants[0].name", "missing"),
+    ("[[tenants]]\nname = \"a b\"\n", "tenants[0].name", "expected a name"),
+    ("[slo]\ndefault_tenant = \"x\"\n[[tenants]]\nname = \"a\"\n", "slo.default_tenant", "expected one of"),
+    ("[engine]\nmodel = \"gpt-9\"\n", "engine.model", "gpt-9"),
+    ("[engine\nmax_num_seqs = 4\n", None, "invalid TOML"),
+]
+
+
+@pytest.mark.parametrize("text,key,expected", BROKEN, ids=[b[1] or "syntax" for b in BROKEN])
+def test_broken_profile_rejected_in_process(tmp_path: Path, text: str, key: str | None, expected: str) -> None:
+    path = tmp_path / "broken.toml"
+    path.write_text(text)
+    with pytest.raises(ProfileError) as info:
+        resolve(None, profile_file=str(path), env={})
+    msg = str(info.value)
+    assert str(path) in msg or (key or "").startswith("engine.model"), msg
+    if key:
+        assert key in msg, msg
+    assert expected in msg, msg
+
+
+@pytest.mark.parametrize("case", [0, 3, 11, 12], ids=["unknown-key", "bound", "duplicate-tenant", "weight"])
+def test_broken_profile_exit_2_and_nothing_starts(tmp_path: Path, case: int) -> None:
+    text, key, _ = BROKEN[case]
+    path = tmp_path / "broken.toml"
+    path.write_text(text)
+    env = base_env(tmp_path)
+    state = tmp_path / "state"
+    for cmd in (["config", "show", "--profile-file", str(path)],
+                ["start", "--backend", "sim", "--port", "0", "--state-dir", str(state), "--profile-file", str(path)]):
+        r = run_cli(*cmd, env=env)
+        assert r.returncode == 2, (cmd, r.stdout, r.stderr)
+        assert str(path) in r.stderr and key in r.stderr, r.stderr
+    assert not state.exists()  # nothing started, nothing written
+
+
+def test_unknown_profile_and_bad_env_exit_2(tmp_path: Path) -> None:
+    env = base_env(tmp_path)
+    r = run_cli("config", "show", "--profile", "nope", env=env)
+    assert r.returncode == 2 and "no profile 'nope'" in r.stderr and "looked in" in r.stderr
+    r = run_cli("config", "show", "--profile", "chat", env={**env, "SUPERINFER_SCHEDULER_ALPHA": "much"})
+    assert r.returncode == 2 and "SUPERINFER_SCHEDULER_ALPHA" in r.stderr and "expected a number" in r.stderr
+    r = run_cli("config", "show", "--profile", "chat", env={**env, "SUPERINFER_SLO_TTFT": "1"})
+    assert r.returncode == 2 and "SUPERINFER_SLO_TTFT" in r.stderr and "unknown key" in r.stderr
+
+
+def test_precedence_flags_env_profile_defaults(tmp_path: Path) -> None:
+    env = {"SUPERINFER_SCHEDULER_ALPHA": "4.5", "SUPERINFER_SCHEDULER_DELTA_B": "0.25", "SUPERINFER_PORT": "9999"}
+    cfg = resolve("chat", env=env, flags={"port": 1234}, sets=["scheduler.delta_b=0.5"])
+    s = cfg.values["scheduler"]
+    assert (s["alpha"].value, s["alpha"].source) == (4.5, "env:SUPERINFER_SCHEDULER_ALPHA")
+    assert (s["delta_b"].value, s["delta_b"].source) == (0.5, "flag:--set scheduler.delta_b")
+    assert s["delta_f"].source.startswith("profile:") and s["delta_f"].value == 0.5
+    assert s["probe_repeats"].source == "default"
+    assert (cfg.d("port"), cfg.daemon["port"].source) == (1234, "flag:--port")
+    assert resolve("chat", env=env).daemon["port"].source == "env:SUPERINFER_PORT"
+    assert resolve("chat", env={"STATE_DIRECTORY": "/var/lib/superinfer"}).d("state_dir") == "/var/lib/superinfer"
+    assert resolve("chat", env={"XDG_STATE_HOME": "/x/state"}).d("state_dir") == "/x/state/superinfer"
+
+
+def test_config_show_json_lists_every_value_and_source(tmp_path: Path) -> None:
+    env = {**base_env(tmp_path), "SUPERINFER_ENGINE_MAX_NUM_SEQS": "7"}
+    r = run_cli("config", "show", "--profile", "multitenant", "--json", "--port", "1", "--set", "slo.window_s=5",
+                env=env)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["engine"]["max_num_seqs"] == {"value": 7, "source": "env:SUPERINFER_ENGINE_MAX_NUM_SEQS"}
+    assert data["slo"]["window_s"] == {"value": 5.0, "source": "flag:--set slo.window_s"}
+    assert data["daemon"]["port"]["source"] == "flag:--port"
+    assert data["slo"]["unknown_tenant"]["source"].startswith("profile:")
+    assert data["engine"]["dram_gib"]["source"] == "default"
+    assert [t["name"] for t in data["tenants"]["list"]] == ["chat", "voice", "bulk"]
+    for section in ("engine", "slo", "scheduler", "tuner", "sim", "daemon"):
+        assert all({"value", "source"} == set(v) for v in data[section].values())
+    text = run_cli("config", "show", "--profile", "chat", env=base_env(tmp_path))
+    assert text.returncode == 0 and "alpha" in text.stdout and "# profile:" in text.stdout
+
+
+def test_search_path_user_profile_shadows_bundled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    user = tmp_path / "xdg" / "superinfer" / "profiles"
+    user.mkdir(parents=True)
+    (user / "chat.toml").write_text("[slo]\nttft_s = 2.5\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    cfg = resolve("chat", env={})
+    assert cfg.profile_path == user / "chat.toml" and cfg.tenants[0].ttft_slo == 2.5
+    assert available_profiles()["chat"] == user / "chat.toml"
+    assert available_profiles()["voice"].parent == bundled_dir()
+    with pytest.raises(ProfileError, match="expected a profile name"):
+        resolve("../etc/passwd", env={})
