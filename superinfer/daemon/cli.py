@@ -40,6 +40,7 @@ def _setup_logging() -> None:
     fmt = "%(levelname)s %(name)s: %(message)s" if os.environ.get("INVOCATION_ID") else \
         "%(asctime)s %(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=getattr(logging, level, logging.INFO), format=fmt, stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 @click.command("start")

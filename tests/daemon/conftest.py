@@ -99,9 +99,10 @@ class DaemonProc:
 
 
 def start_daemon(tmp: Path, *args: str, profile_text: str | None = TEST_PROFILE, state_dir: Path | None = None,
-                 env: dict[str, str] | None = None, wait_ready: bool = True, timeout: float = 60.0) -> DaemonProc:
+                 env: dict[str, str] | None = None, wait_ready: bool = True, timeout: float = 60.0,
+                 backend: str = "sim") -> DaemonProc:
     state_dir = state_dir or tmp / "state"
-    cmd = [*SUPERINFERD, "start", "--backend", "sim", "--port", "0", "--state-dir", str(state_dir)]
+    cmd = [*SUPERINFERD, "start", "--backend", backend, "--port", "0", "--state-dir", str(state_dir)]
     if profile_text is not None:
         pfile = tmp / "test-profile.toml"
         pfile.write_text(profile_text)
