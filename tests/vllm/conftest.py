@@ -126,6 +126,31 @@ def run_engine(
             cleanup_dist_env_and_memory()
 
 
+@contextmanager
+def open_engine(model_dir: Path, *, num_gpu_blocks: int, block_size: int = 32, max_model_len: int = 512,
+                dtype: str = "float32", **llm_kwargs: Any) -> Iterator[Any]:
+    """An in-process ``LLM`` for tests that drive steps themselves (abort, live params); shut down after."""
+    with _env(VLLM_TEST_ENV):
+        from vllm import LLM
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        llm = LLM(model=str(model_dir), dtype=dtype, seed=0, block_size=block_size, max_model_len=max_model_len,
+                  num_gpu_blocks_override=num_gpu_blocks, enforce_eager=True, **llm_kwargs)
+        try:
+            yield llm
+        finally:
+            llm.llm_engine.engine_core.shutdown()
+            del llm
+            gc.collect()
+            cleanup_dist_env_and_memory()
+
+
+@pytest.fixture(scope="session")
+def engine_cm(vllm_ok: None) -> Callable[..., Any]:
+    """The :func:`open_engine` context manager (vLLM installed and supported)."""
+    return open_engine
+
+
 @pytest.fixture(scope="session")
 def prompts_for() -> Callable[[int], list[str]]:
     """:func:`make_prompts`, for test modules (they cannot import this conftest)."""

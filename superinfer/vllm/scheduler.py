@@ -1,0 +1,362 @@
+"""``superinfer.vllm.RotaScheduler``: vLLM's V1 scheduler driven by the RotaSched core (LVF).
+
+Load with ``--scheduler-cls superinfer.vllm.RotaScheduler`` (``LLM(scheduler_cls=...)``), normally with
+:class:`superinfer.vllm.DuplexKVConnector` so that victims are parked, not recomputed.
+
+Each ``schedule()``:
+
+1. refresh the core's request table from vLLM (running requests; others change only on events) and
+   read the live parameters (:mod:`superinfer.vllm.params`);
+2. ask the core for a plan (``lvf`` by default; ``$SUPERINFER_POLICY`` or the connector's extra config
+   ``policy`` choose another);
+3. if the core says *FCFS fallback* (everything fits), run stock vLLM unchanged (plus the planned eager
+   syncs); otherwise apply the plan: running requests sorted by VLT (vLLM serves them in list order and
+   its own preemption takes ``running[-1]``, the smallest VLT), the plan's victims preempted up front
+   (their unsynced tails parked by the connector within ``B_xfer``), and vLLM's waiting loop shown only
+   the requests the plan admits, largest VLT first. vLLM still allocates every block itself, so its
+   invariants (and its own forced preemption, as a safety net) hold.
+
+Invariants: vLLM's queues hold every live request (nothing is hidden from ``has_requests`` or aborts);
+the table has one row per live request; a plan error falls back to stock behaviour for that step
+(counted in ``stats["plan_errors"]``), it never stops the engine.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import math
+import os
+import time
+from typing import Any
+
+import numpy as np
+from vllm.v1.core.sched.request_queue import SchedulingPolicy, create_request_queue
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import RequestStatus
+
+from superinfer.core import Capacity, Phase, Plan, Tenant, TenantTable, get_policy
+from superinfer.vllm.connector import DuplexKVConnector, connector_extra
+from superinfer.vllm.params import ENV_PARAMS_FILE, LiveParams, ParamSource
+from superinfer.vllm.table import FRESH_RESIDENCY, RequestTable
+
+log = logging.getLogger(__name__)
+
+ENV_POLICY = "SUPERINFER_POLICY"
+ENV_STATS_FILE = "SUPERINFER_STATS_FILE"
+_MAX_PLAN_ERROR_LOGS = 5
+
+
+class RotaScheduler(Scheduler):
+    """vLLM ``Scheduler`` whose admission, victims and rotation follow the RotaSched core."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        sc = self.vllm_config.scheduler_config
+        if getattr(sc, "async_scheduling", False):
+            raise ValueError("RotaScheduler needs synchronous scheduling: pass --no-async-scheduling "
+                             "(async_scheduling=False); block ids and computed tokens must be final at schedule()")
+        if self.policy != SchedulingPolicy.FCFS:
+            raise ValueError("RotaScheduler orders requests itself: use --scheduling-policy fcfs (the default)")
+        extra = connector_extra(self.vllm_config)
+        self.param_source = ParamSource(os.environ.get(ENV_PARAMS_FILE) or extra.get("params_file"))
+        self.core_policy = get_policy(os.environ.get(ENV_POLICY) or extra.get("policy", "lvf"))
+        self.clock = time.time  # the clock of Request.arrival_time
+        self.table = RequestTable()
+        self.stats: collections.Counter[str] = collections.Counter()
+        self.last_plan: Plan | None = None
+        self.ledger = self.connector.ledger if isinstance(self.connector, DuplexKVConnector) else None
+        self._r2b = self.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks
+        self._hbm_blocks = max(1, int(self.kv_cache_config.num_blocks) - 1)  # block 0 is vLLM's null block
+        self._d2h_left = 0
+        self._pre_computed: dict[str, int] = {}
+        self._tenant_keys: dict[tuple[str, float | None, float | None], int] = {}
+        self._tenants: TenantTable | None = None
+        self._tenant_version = -1
+        self._vlt_by_row = np.zeros(0)
+
+    # -- requests in and out ---------------------------------------------------------------------
+    def add_request(self, request: Any) -> None:
+        super().add_request(request)
+        rid = request.request_id
+        if rid not in self.table and rid in self.requests:
+            self.table.add(rid, float(request.arrival_time), int(request.num_tokens),
+                           self._tenant_of(request), int(getattr(request, "priority", 0) or 0))
+
+    def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        out = super()._free_request(request, *args, **kwargs)
+        self.table.remove(request.request_id)
+        self._pre_computed.pop(request.request_id, None)
+        return out
+
+    def _tenant_of(self, request: Any) -> int:
+        extra = getattr(request.sampling_params, "extra_args", None) or {}
+        name = str(extra.get("tenant", "default"))
+        slos: list[float | None] = []
+        for key in ("ttft_slo", "tbt_slo"):
+            value = extra.get(key)
+            if value is not None:
+                try:
+                    value = float(value)
+                    if not (math.isfinite(value) and value > 0):
+                        raise ValueError
+                except (TypeError, ValueError):
+                    self.stats["bad_slo_args"] += 1
+                    log.warning("request %s: ignoring %s=%r (need a number > 0)", request.request_id, key, value)
+                    value = None
+            slos.append(value)
+        key = (name, slos[0], slos[1])
+        idx = self._tenant_keys.get(key)
+        if idx is None:
+            idx = self._tenant_keys[key] = len(self._tenant_keys)
+            self._tenants = None
+        return idx
+
+    def _tenant_table(self, live: LiveParams) -> TenantTable:
+        if self._tenants is None or self._tenant_version != live.version:
+            named = {t.name: t for t in live.tenants}
+            rows = []
+            for (name, ttft, tbt), idx in sorted(self._tenant_keys.items(), key=lambda kv: kv[1]):
+                base = named.get(name, live.default_tenant)
+                rows.append(Tenant(f"{idx}:{name}", ttft or base.ttft_slo, tbt or base.tbt_slo, base.weight,
+                                   base.priority))
+            self._tenants = TenantTable(rows or [live.default_tenant])
+            self._tenant_version = live.version
+        return self._tenants
+
+    # -- preemption (ours and vLLM's) -------------------------------------------------------------
+    def _preempt_request(self, request: Any, timestamp: float, *args: Any, **kwargs: Any) -> None:
+        rid = request.request_id
+        computed = int(request.num_computed_tokens)
+        parked = 0
+        if self.ledger is not None:
+            block_ids = self.kv_cache_manager.get_block_ids(rid)[0]
+            parked, used = self.ledger.preempt(rid, block_ids, computed, max(0, self._d2h_left))
+            self._d2h_left -= used
+        self._pre_computed[rid] = computed
+        super()._preempt_request(request, timestamp, *args, **kwargs)
+        self.stats["preemptions"] += 1
+        r = self.table.row.get(rid)
+        if r is not None:
+            t = self.table
+            t.phase[r] = Phase.ROTARY if request.num_output_tokens > 0 else Phase.WAITING
+            t.num_computed[r] = parked
+            t.blocks_hbm[r] = 0
+            t.blocks_dram[r] = -(-parked // self.block_size)
+            t.synced[r] = t.syncing[r] = 0
+            t.rotations[r] += 1
+            t.residency[r] = 0
+            t.busy[r] = False
+
+    # -- the step ---------------------------------------------------------------------------------
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        live = self.param_source.current()
+        now = self.clock()
+        self.stats["steps"] += 1
+        self._refresh()
+        self._d2h_left = live.b_xfer
+        plan = self._plan(live, now)
+        self.last_plan = plan
+        if plan is None or plan.fcfs_fallback or plan.vlt_ids.shape[0] == 0:
+            self.stats["fallback_steps" if plan is not None else "stock_steps"] += 1
+            if plan is not None:
+                self._apply_syncs(plan)
+            out = super().schedule(*args, **kwargs)
+        else:
+            self.stats["pressure_steps"] += 1
+            admitted = self._apply(plan)
+            out = self._schedule_with(admitted, args, kwargs)
+        self._after_schedule(out, now)
+        return out
+
+    def _plan(self, live: LiveParams, now: float) -> Plan | None:
+        snap = self.table.snapshot()
+        if len(snap) == 0:
+            return None
+        used = int(snap.blocks_hbm.sum())
+        free = min(self.kv_cache_manager.block_pool.get_num_free_blocks(), max(0, self._hbm_blocks - used))
+        try:
+            cap = Capacity(
+                hbm_blocks=self._hbm_blocks,
+                free_blocks=int(free),
+                b_xfer=int(live.b_xfer),
+                token_budget=int(self.max_num_scheduled_tokens),
+                max_num_seqs=int(self.max_num_running_reqs),
+                block_size=int(self.block_size),
+                dram_free_blocks=int(self.ledger.free) if self.ledger is not None else 0,
+            )
+            return self.core_policy.plan(snap, cap, live.params, self._tenant_table(live), now)
+        except ValueError as exc:
+            self.stats["plan_errors"] += 1
+            if self.stats["plan_errors"] <= _MAX_PLAN_ERROR_LOGS:
+                log.error("RotaScheduler: core plan failed, running stock vLLM this step: %s", exc)
+            return None
+
+    def _refresh(self) -> None:
+        """Running requests changed last step: copy their counts into the table."""
+        t = self.table
+        t.tick()
+        run = self.running
+        if run:
+            n = len(run)
+            row, r2b = t.row, self._r2b
+            rows = np.fromiter((row[r.request_id] for r in run), np.int64, n)
+            t.num_tokens[rows] = np.fromiter((r.num_tokens for r in run), np.int64, n)
+            t.num_computed[rows] = np.fromiter((r.num_computed_tokens for r in run), np.int64, n)
+            t.blocks_hbm[rows] = np.fromiter((len(r2b.get(r.request_id, ())) for r in run), np.int64, n)
+            if self.ledger is not None:
+                counts = self.ledger.counts
+                c = np.array([counts(r.request_id) for r in run], np.int64).reshape(n, 3)
+                t.blocks_dram[rows], t.synced[rows], t.syncing[rows] = c[:, 0], c[:, 1], c[:, 2]
+        for r in self.kv_holding_waiting:  # async loads in flight: hold blocks, not plannable
+            i = t.row.get(r.request_id)
+            if i is not None:
+                t.busy[i] = True
+                t.blocks_hbm[i] = len(self._r2b.get(r.request_id, ()))
+
+    def _apply_syncs(self, plan: Plan) -> None:
+        if self.ledger is None or plan.sync_ids.shape[0] == 0:
+            return
+        by_seq, reqs = self.table.by_seq, self.requests
+        for seq, n in zip(plan.sync_ids.tolist(), plan.sync_blocks.tolist()):
+            if self._d2h_left <= 0:
+                break
+            rid = by_seq.get(seq)
+            req = reqs.get(rid) if rid is not None else None
+            if req is None or req.status != RequestStatus.RUNNING:
+                continue
+            block_ids = self.kv_cache_manager.get_block_ids(rid)[0]
+            self._d2h_left -= self.ledger.plan_sync(rid, block_ids, int(req.num_computed_tokens),
+                                                    min(int(n), self._d2h_left))
+
+    def _apply(self, plan: Plan) -> list[Any]:
+        """Order running by VLT, preempt the plan's victims, return the admitted requests in VLT order."""
+        t = self.table
+        rows = t.live_rows()
+        if self._vlt_by_row.shape[0] < t.live.shape[0]:
+            self._vlt_by_row = np.zeros(t.live.shape[0])
+        vlt = self._vlt_by_row
+        vlt[rows] = plan.vlt_values
+        run = self.running
+        if run:
+            rr = np.fromiter((t.row[r.request_id] for r in run), np.int64, len(run))
+            order = np.lexsort((t.seq[rr], t.t_arr[rr], -vlt[rr]))
+            self.running = [run[i] for i in order.tolist()]
+        by_seq, reqs = t.by_seq, self.requests
+        ts = time.monotonic()
+        for seq, forced in zip(plan.victim_ids.tolist(), plan.victim_forced.tolist()):
+            req = reqs.get(by_seq.get(seq, ""))
+            if req is None or req.status != RequestStatus.RUNNING or req not in self.running:
+                continue
+            self.running.remove(req)
+            self._preempt_request(req, ts)
+            self.stats["forced_victims" if forced else "rotations"] += 1
+        self._apply_syncs(plan)
+        cand = np.union1d(plan.sched_ids, plan.swap_ids)
+        if cand.shape[0] == 0:
+            return []
+        admitted = []
+        for seq in cand.tolist():
+            req = reqs.get(by_seq.get(seq, ""))
+            if req is not None and req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+                admitted.append(req)
+        admitted.sort(key=lambda r: (-vlt[t.row[r.request_id]], r.arrival_time, t.seq[t.row[r.request_id]]))
+        return admitted
+
+    def _schedule_with(self, admitted: list[Any], args: tuple, kwargs: dict) -> Any:
+        """Run vLLM's pass with a waiting queue holding only ``admitted``; restore the rest after."""
+        full = self.waiting
+        sub = create_request_queue(SchedulingPolicy.FCFS)
+        if admitted:
+            full.remove_requests(admitted)
+            for r in admitted:
+                sub.add_request(r)
+        self.waiting = sub
+        try:
+            return super().schedule(*args, **kwargs)
+        finally:
+            rest = self.waiting
+            self.waiting = full
+            if rest:
+                full.prepend_requests(reversed(list(rest)))
+
+    def _after_schedule(self, out: Any, now: float) -> None:
+        t = self.table
+        for nr in out.scheduled_new_reqs:
+            r = t.row.get(nr.req_id)
+            if r is not None:
+                t.phase[r] = Phase.RUNNING
+                t.t_run[r] = now
+                t.residency[r] = FRESH_RESIDENCY
+        resumed = out.scheduled_cached_reqs.resumed_req_ids
+        for rid in resumed:
+            r = t.row.get(rid)
+            if r is None:
+                continue
+            t.phase[r] = Phase.RUNNING
+            t.t_run[r] = now
+            t.residency[r] = 0
+            t.busy[r] = False
+            scheduled = int(out.num_scheduled_tokens.get(rid, 0))
+            start = int(self.requests[rid].num_computed_tokens) - scheduled  # _update_after_schedule ran
+            before = self._pre_computed.pop(rid, 0)
+            self.stats["resumed"] += 1
+            self.stats["resumed_scheduled_tokens"] += scheduled
+            self.stats["recomputed_tokens"] += max(0, before - start)
+
+    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
+        outputs = super().update_from_output(scheduler_output, model_runner_output)
+        now = self.clock()
+        t, reqs = self.table, self.requests
+        for rid in scheduler_output.num_scheduled_tokens:
+            r = t.row.get(rid)
+            if r is None:
+                continue  # finished this step
+            n = reqs[rid].num_output_tokens
+            if n != t.outputs[r]:
+                if t.outputs[r] == 0:
+                    t.t_first[r] = now
+                t.outputs[r] = n
+                t.t_last[r] = now
+        return outputs
+
+    def plan_now(self, now: float | None = None) -> Plan | None:
+        """Re-read the params file now and plan without applying (observability, tests)."""
+        self.param_source.poll()
+        self._refresh_rows_only()
+        return self._plan(self.param_source.live, self.clock() if now is None else now)
+
+    def _refresh_rows_only(self) -> None:
+        residency = self.table.residency.copy()
+        self._refresh()
+        self.table.residency[:] = residency  # not an iteration: do not advance residency
+
+    # -- observability -----------------------------------------------------------------------------
+    def ranking(self, top: int | None = None, plan: Plan | None = None) -> list[tuple[str, float]]:
+        """A plan's ranking (default: the last step's): (vLLM request id, VLT), largest VLT first."""
+        plan = plan or self.last_plan
+        if plan is None or plan.vlt_ids.shape[0] == 0:
+            return []
+        ids, vlt = plan.ranking(top)
+        by_seq = self.table.by_seq
+        return [(by_seq[i], v) for i, v in zip(ids.tolist(), vlt.tolist()) if i in by_seq]
+
+    def stats_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"scheduler": dict(self.stats), "params_reloads": self.param_source.reloads,
+                               "params_rejected": self.param_source.rejected}
+        if self.ledger is not None:
+            out["ledger"] = dict(self.ledger.stats)
+            out["host_free"] = self.ledger.free
+            out["host_capacity"] = self.ledger.capacity
+        return out
+
+    def shutdown(self) -> None:
+        path = os.environ.get(ENV_STATS_FILE)
+        if path:
+            try:
+                with open(path, "w") as f:
+                    json.dump(self.stats_dict(), f, sort_keys=True)
+            except OSError as exc:
+                log.error("RotaScheduler: cannot write stats to %s: %s", path, exc)
+        super().shutdown()
