@@ -1,0 +1,144 @@
+"""Load test of superinferd's sim backend: a bounded loopback client sends N completions while a poller
+reads /v1/state; reports the request rate held, poll latency, and whether anything was lost.
+
+    .venv/bin/python bench/daemon_load.py --requests 3000 --concurrency 64 --json bench/results/daemon_load.json
+
+Starts its own daemon (``--backend sim``, the ``chat`` profile, replay off) unless ``--url`` is given.
+Exit status 0 only if every request completed with the requested tokens, every poll answered 200,
+and the daemon's counters balance (arrived == finished) after the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def start_daemon(state_dir: Path, profile: str) -> tuple[subprocess.Popen, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERINFER_") and k != "NOTIFY_SOCKET"}
+    cmd = [sys.executable, "-m", "superinfer.cli", "start", "--profile", profile, "--backend", "sim", "--port", "0",
+           "--state-dir", str(state_dir), "--set", "sim.rps=0", "--set", "engine.max_inflight=100000"]
+    log = open(state_dir.parent / "daemon.log", "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"daemon exited with {proc.returncode}; see {log.name}")
+        try:
+            url = json.loads((state_dir / "runtime.json").read_text())["url"]
+            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                return proc, url
+        except (OSError, ValueError, KeyError, httpx.HTTPError):
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("daemon did not become ready")
+
+
+async def run_load(url: str, requests: int, concurrency: int, max_tokens: int, poll_s: float) -> dict:
+    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+    results: list[tuple[int, int]] = []
+    polls: list[tuple[int, float]] = []
+    queue_seen = 0
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        sem = asyncio.Semaphore(concurrency)
+        done = asyncio.Event()
+
+        async def one(i: int) -> None:
+            async with sem:
+                body = {"prompt": "w" * (64 + (i % 7) * 32), "max_tokens": max_tokens,
+                        "vllm_xargs": {"tenant": "default"}}
+                try:
+                    r = await client.post("/v1/completions", json=body)
+                    tokens = r.json().get("usage", {}).get("completion_tokens", -1) if r.status_code == 200 else -1
+                    results.append((r.status_code, tokens))
+                except httpx.HTTPError:
+                    results.append((-1, -1))
+
+        async def poller() -> None:
+            nonlocal queue_seen
+            while not done.is_set():
+                t0 = time.perf_counter()
+                try:
+                    r = await client.get("/v1/state")
+                    code = r.status_code
+                    if code == 200:
+                        q = r.json()["queues"]
+                        queue_seen = max(queue_seen, q["waiting"] + q["running"] + q["rotary"])
+                except httpx.HTTPError:
+                    code = -1
+                polls.append((code, time.perf_counter() - t0))
+                await asyncio.sleep(poll_s)
+
+        t0 = time.perf_counter()
+        ptask = asyncio.create_task(poller())
+        await asyncio.gather(*(one(i) for i in range(requests)))
+        wall = time.perf_counter() - t0
+        done.set()
+        await ptask
+        state = (await client.get("/v1/state")).json()
+    lat = sorted(p[1] for p in polls)
+    ok = sum(1 for code, tok in results if code == 200 and tok == max_tokens)
+    c = state["counters"]
+    return {
+        "requests": requests, "concurrency": concurrency, "max_tokens": max_tokens,
+        "completed_ok": ok, "lost": requests - ok, "wall_s": round(wall, 3),
+        "request_rate_rps": round(requests / wall, 1), "token_rate_tps": round(ok * max_tokens / wall, 1),
+        "polls": len(polls), "polls_ok": sum(1 for p in polls if p[0] == 200),
+        "poll_p50_s": round(lat[len(lat) // 2], 4) if lat else None,
+        "poll_p99_s": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))], 4) if lat else None,
+        "poll_max_s": round(lat[-1], 4) if lat else None,
+        "max_live_seen": queue_seen,
+        "daemon_counters": c, "sim_lag_s": state["sim"]["lag_s"],
+        "balanced": c["arrived"] == c["finished"] and c["aborted"] == 0 and c["rejected"] == 0,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--url", help="an already running daemon (default: start one)")
+    ap.add_argument("--profile", default="chat")
+    ap.add_argument("--requests", type=int, default=3000)
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument("--poll-s", type=float, default=0.1)
+    ap.add_argument("--json", dest="json_out", help="write the result here")
+    a = ap.parse_args()
+    if a.requests < 1 or a.concurrency < 1 or a.max_tokens < 1:
+        ap.error("--requests, --concurrency and --max-tokens must be >= 1")
+    proc = None
+    with tempfile.TemporaryDirectory() as tmp:
+        url = a.url
+        if url is None:
+            proc, url = start_daemon(Path(tmp) / "state", a.profile)
+        try:
+            res = asyncio.run(run_load(url, a.requests, a.concurrency, a.max_tokens, a.poll_s))
+        finally:
+            if proc is not None:
+                proc.send_signal(signal.SIGTERM)
+                res_code = proc.wait(60)
+        if proc is not None:
+            res["daemon_exit"] = res_code
+    res["host"] = {"cpus": os.cpu_count(), "note": "client and daemon share this host (loopback)"}
+    out = json.dumps(res, indent=1)
+    print(out)
+    if a.json_out:
+        Path(a.json_out).write_text(out + "\n")
+    good = res["lost"] == 0 and res["polls_ok"] == res["polls"] and res["balanced"] and res.get("daemon_exit", 0) == 0
+    return 0 if good else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
