@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hmac
 import os
-import time
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -121,7 +120,3 @@ def build_app(daemon: "Daemon") -> FastAPI:
     app.openapi = openapi  # type: ignore[method-assign]
     daemon.backend.register_routes(app, daemon)
     return app
-
-
-def uptime(started: float) -> float:
-    return round(time.monotonic() - started, 3)

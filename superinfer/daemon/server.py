@@ -31,6 +31,7 @@ from superinfer.daemon.stats import SloWindow
 
 log = logging.getLogger("superinfer.daemon")
 STALL_S = 30.0  # an engine loop silent this long is stalled (watchdog pings stop, /healthz 503)
+FALLBACK_B_XFER = 64  # the plugin's default when nothing better is known
 PERSISTED_PARAM_KEYS = ("alpha", "delta_b", "delta_f", "min_residency", "max_rotations")
 
 
@@ -158,9 +159,7 @@ def initial_params(daemon: Daemon) -> ParamStore:
     elif daemon.probe is not None:
         b_xfer, b_src = int(daemon.probe["b_xfer_blocks"]), "probe"
     else:
-        from superinfer.daemon.params import B_XFER_BOUNDS  # noqa: F401 - documented fallback
-
-        b_xfer, b_src = 64, "fallback (probe failed)"
+        b_xfer, b_src = FALLBACK_B_XFER, "fallback (probe failed or skipped)"
     params = cfg.params()
     source = "profile"
     persisted = lc.read_json(daemon.state_dir / lc.STATE_FILE)
@@ -201,18 +200,16 @@ def persist(daemon: Daemon, drain: dict[str, Any] | None) -> Path:
     return path
 
 
-class _Server:
+def make_server(config):
     """uvicorn's Server without its own signal handling (the daemon drains first, then stops it)."""
+    import uvicorn
 
-    def __new__(cls, config):  # noqa: D401 - factory
-        import uvicorn
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):  # type: ignore[override]
+            yield
 
-        class Server(uvicorn.Server):
-            @contextlib.contextmanager
-            def capture_signals(self):  # type: ignore[override]
-                yield
-
-        return Server(config)
+    return Server(config)
 
 
 async def serve(daemon: Daemon) -> int:
@@ -223,7 +220,7 @@ async def serve(daemon: Daemon) -> int:
     cfg = daemon.cfg
     notifier = Notifier()
     app = build_app(daemon)
-    server = _Server(uvicorn.Config(app, host=cfg.d("host"), port=cfg.d("port"), log_level="warning",
+    server = make_server(uvicorn.Config(app, host=cfg.d("host"), port=cfg.d("port"), log_level="warning",
                                     access_log=False, lifespan="off", timeout_graceful_shutdown=5))
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

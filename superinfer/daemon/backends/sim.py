@@ -381,7 +381,6 @@ class SimBackend(Backend):
         plan = self.twin.policy.last_plan
         if plan is None or (plan.victim_ids.shape[0] == 0 and plan.swap_ids.shape[0] == 0):
             return
-        st = self.twin.state
         wall = time.time()
         for rid, d2h, mode, forced in zip(plan.victim_ids.tolist(), plan.victim_d2h.tolist(),
                                           plan.victim_mode.tolist(), plan.victim_forced.tolist()):
@@ -391,7 +390,6 @@ class SimBackend(Backend):
         for rid, n in zip(plan.swap_ids.tolist(), plan.swap_blocks.tolist()):
             self.events.append({"time": wall, "sim_time_s": round(t_end, 6), "kind": "swap_in", "req_id": rid,
                                 "tenant": self._tenant_name(rid), "blocks": n, "forced": False})
-        del st
 
     def _tenant_name(self, rid: int) -> str:
         st = self.twin.state

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from superinfer.daemon.backends.base import TENANT_XARG, Backend
 from superinfer.daemon.httputil import HttpError, error, json_body, resolve_tenant
