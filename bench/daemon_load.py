@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing as mp
 import os
 import signal
 import subprocess
@@ -47,14 +48,31 @@ def start_daemon(state_dir: Path, profile: str) -> tuple[subprocess.Popen, str]:
     raise SystemExit("daemon did not become ready")
 
 
+def poll_state(url: str, poll_s: float, stop, out) -> None:
+    """A separate process (its own interpreter and GIL) polling /v1/state like the TUI would."""
+    polls: list[tuple[int, float]] = []
+    seen = 0
+    with httpx.Client(base_url=url, timeout=30) as client:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                r = client.get("/v1/state")
+                code = r.status_code
+                if code == 200:
+                    q = r.json()["queues"]
+                    seen = max(seen, q["waiting"] + q["running"] + q["rotary"])
+            except httpx.HTTPError:
+                code = -1
+            polls.append((code, time.perf_counter() - t0))
+            time.sleep(poll_s)
+    out.put((polls, seen))
+
+
 async def run_load(url: str, requests: int, concurrency: int, max_tokens: int, poll_s: float) -> dict:
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
     results: list[tuple[int, int]] = []
-    polls: list[tuple[int, float]] = []
-    queue_seen = 0
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
         sem = asyncio.Semaphore(concurrency)
-        done = asyncio.Event()
 
         async def one(i: int) -> None:
             async with sem:
@@ -67,27 +85,16 @@ async def run_load(url: str, requests: int, concurrency: int, max_tokens: int, p
                 except httpx.HTTPError:
                     results.append((-1, -1))
 
-        async def poller() -> None:
-            nonlocal queue_seen
-            while not done.is_set():
-                t0 = time.perf_counter()
-                try:
-                    r = await client.get("/v1/state")
-                    code = r.status_code
-                    if code == 200:
-                        q = r.json()["queues"]
-                        queue_seen = max(queue_seen, q["waiting"] + q["running"] + q["rotary"])
-                except httpx.HTTPError:
-                    code = -1
-                polls.append((code, time.perf_counter() - t0))
-                await asyncio.sleep(poll_s)
-
+        stop = mp.Event()
+        out: mp.Queue = mp.Queue()
+        poller = mp.Process(target=poll_state, args=(url, poll_s, stop, out), daemon=True)
+        poller.start()
         t0 = time.perf_counter()
-        ptask = asyncio.create_task(poller())
         await asyncio.gather(*(one(i) for i in range(requests)))
         wall = time.perf_counter() - t0
-        done.set()
-        await ptask
+        stop.set()
+        polls, queue_seen = out.get(timeout=60)
+        poller.join(10)
         state = (await client.get("/v1/state")).json()
     lat = sorted(p[1] for p in polls)
     ok = sum(1 for code, tok in results if code == 200 and tok == max_tokens)
