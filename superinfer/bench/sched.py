@@ -119,8 +119,23 @@ def _sizes(value: str) -> list[int]:
 @click.option("--repeats", default=200, show_default=True, type=click.IntRange(1, 100_000))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--output", type=click.Path(dir_okay=False), help="Also write the JSON here.")
-def bench_sched(sizes: str, policy: str, repeats: int, as_json: bool, output: str | None) -> None:
+@click.option("--vllm", "vs_vllm", is_flag=True,
+              help="Instead: time RotaScheduler.schedule() against vLLM's Scheduler.schedule() (needs vLLM).")
+def bench_sched(sizes: str, policy: str, repeats: int, as_json: bool, output: str | None, vs_vllm: bool) -> None:
     """Time one planning iteration (mixed phases, memory pressure on)."""
+    if vs_vllm:  # --- vLLM plugin overhead (superinfer.vllm.bench_sched); owned by the vLLM issue ---
+        from superinfer.vllm.bench_sched import bench_vllm_schedule
+
+        vres = bench_vllm_schedule(repeats=min(repeats, 25))
+        text = json.dumps(vres, indent=2)
+        if output:
+            with open(output, "w") as fh:
+                fh.write(text + "\n")
+        click.echo(text if as_json else
+                   f"schedule() on {vres['waiting']} waiting + {vres['running']} running: vLLM "
+                   f"{vres['stock_median_us']} µs, RotaScheduler {vres['rota_median_us']} µs, "
+                   f"ratio {vres['ratio_median']} (min {vres['ratio_min']}, max {vres['ratio_max']}; target <= 1.5)")
+        return
     try:
         get_policy(policy)
     except ValueError as exc:

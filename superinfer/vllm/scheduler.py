@@ -88,6 +88,8 @@ class RotaScheduler(Scheduler):
         out = super()._free_request(request, *args, **kwargs)
         self.table.remove(request.request_id)
         self._pre_computed.pop(request.request_id, None)
+        if len(self.table) == 0:
+            self._write_stats()  # drained: a cheap moment to publish counters (multiprocess engines)
         return out
 
     def _tenant_of(self, request: Any) -> int:
@@ -253,11 +255,10 @@ class RotaScheduler(Scheduler):
             self._preempt_request(req, ts)
             self.stats["forced_victims" if forced else "rotations"] += 1
         self._apply_syncs(plan)
-        cand = np.union1d(plan.sched_ids, plan.swap_ids)
-        if cand.shape[0] == 0:
-            return []
+        cand = set(plan.sched_ids.tolist())
+        cand.update(plan.swap_ids.tolist())
         admitted = []
-        for seq in cand.tolist():
+        for seq in cand:
             req = reqs.get(by_seq.get(seq, ""))
             if req is not None and req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
                 admitted.append(req)
@@ -351,12 +352,19 @@ class RotaScheduler(Scheduler):
             out["host_capacity"] = self.ledger.capacity
         return out
 
-    def shutdown(self) -> None:
+    def _write_stats(self) -> None:
+        """Write :meth:`stats_dict` to ``$SUPERINFER_STATS_FILE`` (if set), atomically."""
         path = os.environ.get(ENV_STATS_FILE)
-        if path:
-            try:
-                with open(path, "w") as f:
-                    json.dump(self.stats_dict(), f, sort_keys=True)
-            except OSError as exc:
-                log.error("RotaScheduler: cannot write stats to %s: %s", path, exc)
+        if not path:
+            return
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w") as f:
+                json.dump(self.stats_dict(), f, sort_keys=True)
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.error("RotaScheduler: cannot write stats to %s: %s", path, exc)
+
+    def shutdown(self) -> None:
+        self._write_stats()
         super().shutdown()
