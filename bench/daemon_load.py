@@ -71,6 +71,7 @@ def poll_state(url: str, poll_s: float, stop, out) -> None:
 async def run_load(url: str, requests: int, concurrency: int, max_tokens: int, poll_s: float) -> dict:
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
     results: list[tuple[int, int]] = []
+    errors: list[str] = []
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
         sem = asyncio.Semaphore(concurrency)
 
@@ -82,7 +83,8 @@ async def run_load(url: str, requests: int, concurrency: int, max_tokens: int, p
                     r = await client.post("/v1/completions", json=body)
                     tokens = r.json().get("usage", {}).get("completion_tokens", -1) if r.status_code == 200 else -1
                     results.append((r.status_code, tokens))
-                except httpx.HTTPError:
+                except httpx.HTTPError as exc:
+                    errors.append(f"{type(exc).__name__}: {exc}")
                     results.append((-1, -1))
 
         stop = mp.Event()
@@ -101,7 +103,9 @@ async def run_load(url: str, requests: int, concurrency: int, max_tokens: int, p
     c = state["counters"]
     return {
         "requests": requests, "concurrency": concurrency, "max_tokens": max_tokens,
-        "completed_ok": ok, "lost": requests - ok, "wall_s": round(wall, 3),
+        "completed_ok": ok, "lost": requests - ok,
+        "failures": sorted({f"{code}/{tok}" for code, tok in results if not (code == 200 and tok == max_tokens)}),
+        "client_errors": errors[:5], "wall_s": round(wall, 3),
         "request_rate_rps": round(requests / wall, 1), "token_rate_tps": round(ok * max_tokens / wall, 1),
         "polls": len(polls), "polls_ok": sum(1 for p in polls if p[0] == 200),
         "poll_p50_s": round(lat[len(lat) // 2], 4) if lat else None,
