@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.superinfer-installed
 
-.PHONY: run test setup clean bench-sched figures
+.PHONY: run test setup clean bench-sched figures compare
 
 setup: $(STAMP)
 
@@ -20,11 +20,18 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip uninstall -y torchvision torchaudio torchcodec
 	touch $(STAMP)
 
-# Until the daemon exists: the simulator's policy comparison at a loaded point (about a minute).
+# The daemon on the chat profile, in the foreground (Ctrl-C drains and stops it). Without a GPU and a
+# model it runs the digital twin (backend sim) and says so.
 run: $(STAMP)
+	@echo "superinferd: control API on http://127.0.0.1:8780 -- look at /v1/state, /metrics, /docs"
+	@echo "             (API token for PUT /v1/params: .superinfer-state/api-token)"
+	$(VENV)/bin/superinferd start --profile chat --state-dir .superinfer-state
+
+# The simulator's policy comparison at a loaded point (about a minute).
+compare: $(STAMP)
 	$(VENV)/bin/superinferd bench sim --model qwen2.5-32b --workload sharegpt --rps 20,30 --duration 60 \
 		--policies vllm,vllm-offload,lvf --seeds 2 --max-num-seqs 16384 --max-num-batched-tokens 16384 \
-		--dram-gib 400 --json bench/results/make_run.json
+		--dram-gib 400 --json bench/results/make_compare.json
 
 figures: $(STAMP)
 	$(VENV)/bin/superinferd bench figures --out bench/results --seeds 3 --duration 120
@@ -33,6 +40,9 @@ bench-sched: $(STAMP)
 	$(VENV)/bin/superinferd bench sched --sizes 1000,10000,50000 --json --output bench/results/bench_sched.json
 
 test: $(STAMP)
+	# systemd-analyze verifies the unit file (tests/daemon/test_systemd.py); Debian's systemd package has it.
+	command -v systemd-analyze >/dev/null || (apt-get update && apt-get install -y systemd) || \
+		echo "warning: systemd-analyze unavailable; the unit-file test will skip"
 	$(PY) -m pytest -q
 
 clean:
