@@ -39,6 +39,7 @@ class LazyGroup(click.Group):
     cls=LazyGroup,
     lazy={
         "probe": "superinfer.duplexkv.cli:probe",
+        "calibrate": "superinfer.vllm.calibrate:calibrate",
         "start": "superinfer.daemon.cli:start",
         "stop": "superinfer.daemon.cli:stop",
         "status": "superinfer.daemon.cli:status",
@@ -57,6 +58,7 @@ def main() -> None:
         "sim": "superinfer.sim.cli:bench_sim",
         "figures": "superinfer.sim.figures:figures",
         "kv": "superinfer.duplexkv.cli:bench_kv",
+        "vllm": "superinfer.vllm.bench:bench_vllm",
     },
 )
 def bench() -> None:

@@ -1,0 +1,169 @@
+"""``superinferd bench vllm``: replay a workload against a real vLLM engine, per policy, with CIs.
+
+Policies: ``vllm`` (stock V1: FCFS, recompute preemption), ``vllm-priority`` (``--scheduling-policy
+priority``; every request has priority 0 unless tenants say otherwise, so it orders by arrival) and ``lvf``
+(RotaScheduler + DuplexKVConnector). The workload comes from :func:`superinfer.sim.workload.load_workload`
+(same ``--workload/--arrival/--rps/--duration`` as ``bench sim``), lengths clipped to the engine's
+``--max-model-len``; prompts are synthetic token ids of the given lengths. Metrics are
+:func:`superinfer.sim.metrics.run_metrics` on the replay's token times (wall clock), summarised over
+seeds with bootstrap 95 % intervals (:func:`superinfer.sim.metrics.summarise`), so the JSON has the fields
+of ``bench sim``. SLOs are explicit (``--ttft-slo/--tbt-slo``) or ``--slo-scale K`` times the engine's
+unloaded TTFT and mean TBT of a median request, measured first. ``--save-trace`` writes the replayed
+requests (seed 0) as a Mooncake trace for the simulator twin.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+
+def _requests(workload: str, arrival: str, rps: float, duration: float, seed: int, max_len: int):
+    from superinfer.sim.workload import load_workload
+
+    w = load_workload(workload, arrival=arrival, rps=rps, duration_s=duration, seed=seed, max_len=max_len)
+    prompt = np.clip(w.prompt_tokens.astype(np.int64), 1, max_len - 2)
+    output = np.clip(w.output_tokens.astype(np.int64), 1, None)
+    output = np.minimum(output, max_len - 1 - prompt)
+    prompts = [[(7 * i + j) % 400 + 3 for j in range(int(p))] for i, p in enumerate(prompt)]
+    return w, np.asarray(w.arrival_s, float), prompt, output, prompts
+
+
+def _unloaded(spec_kwargs: dict[str, Any], prompt_len: int, output_len: int, workdir: Path) -> tuple[float, float]:
+    """TTFT and mean TBT of one request alone on the stock engine (after a warm-up request)."""
+    from superinfer.vllm.replay import EngineSpec, open_engine, replay
+
+    with open_engine(EngineSpec(policy="vllm", **spec_kwargs), workdir) as llm:
+        p = [[(3 * j) % 400 + 3 for j in range(prompt_len)]]
+        replay(llm, np.zeros(1), p, np.array([output_len]), 1.0, 120.0)  # warm-up
+        r = replay(llm, np.zeros(1), p, np.array([output_len]), 1.0, 120.0)
+    ttft = float(r.t_first[0] - r.t_arr[0])
+    tbt = float(np.mean(r.gaps)) if r.gaps else ttft
+    return ttft, tbt
+
+
+def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, float], workdir: Path) -> dict[str, Any]:
+    from superinfer.core import Tenant, TenantTable
+    from superinfer.sim.metrics import run_metrics
+    from superinfer.vllm.replay import EngineSpec, open_engine, replay, scheduler_of, to_trace
+
+    w, arr, prompt, output, prompts = _requests(o["workload"], o["arrival"], o["rps"], o["duration"], seed,
+                                               o["max_model_len"])
+    ttft_slo, tbt_slo = slo
+    params = {"ttft_slo": ttft_slo, "tbt_slo": tbt_slo, "alpha": o["alpha"], "delta_b": o["delta_b"],
+              "delta_f": o["delta_f"], "b_xfer": o["b_xfer"]}
+    spec = EngineSpec(model=o["model"], policy=policy, num_blocks=o["num_blocks"], block_size=o["block_size"],
+                      max_model_len=o["max_model_len"], max_num_seqs=o["max_num_seqs"],
+                      max_num_batched_tokens=o["max_num_batched_tokens"], params=params,
+                      host_blocks=o["host_blocks"])
+    with open_engine(spec, workdir) as llm:
+        r = replay(llm, arr, prompts, output, o["duration"], o["drain"])
+        counters: dict[str, int] = {"preemptions": r.preemptions}
+        if policy == "lvf":
+            st = scheduler_of(llm).stats_dict()
+            counters.update(rotations=int(st["scheduler"].get("rotations", 0)),
+                            recompute_fallbacks=int(st.get("ledger", {}).get("recompute_fallbacks", 0)))
+    tenants = TenantTable([Tenant("default", ttft_slo, tbt_slo)])
+    n = arr.shape[0]
+    trace = to_trace(r, np.zeros(n, np.int64), np.zeros(len(r.gaps), np.int64), counters,
+                     num_blocks=o["num_blocks"], block_size=o["block_size"])
+    out = {"policy": policy, "rps": o["rps"], "seed": seed}
+    out.update(run_metrics(trace, tenants, w.duration_s or o["duration"]))
+    out["engine_steps"] = r.steps
+    return out
+
+
+@click.command("vllm")
+@click.option("--model", "model_dir", default=None, type=click.Path(file_okay=False), help="Model directory.")
+@click.option("--build-tiny", default=None, type=click.Path(file_okay=False), help="Build the tiny Llama here and use it.")
+@click.option("--workload", default="chat", show_default=True, help="Trace path or chat|code|long-context (as bench sim).")
+@click.option("--arrival", default="poisson", show_default=True, help="poisson | gamma:<b> | hawkes[:n[:decay]] | trace")
+@click.option("--rps", default=4.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--duration", default=30.0, show_default=True, type=click.FloatRange(min=1.0), help="Seconds of arrivals.")
+@click.option("--drain", default=60.0, show_default=True, type=click.FloatRange(min=0))
+@click.option("--policies", default="vllm,vllm-priority,lvf", show_default=True)
+@click.option("--seeds", default=2, show_default=True, type=click.IntRange(1, 100))
+@click.option("--ttft-slo", default=None, type=click.FloatRange(min=0, min_open=True), help="Seconds (else --slo-scale).")
+@click.option("--tbt-slo", default=None, type=click.FloatRange(min=0, min_open=True), help="Seconds (else --slo-scale).")
+@click.option("--slo-scale", default=5.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="SLOs = this x the unloaded TTFT / mean TBT of a median request.")
+@click.option("--alpha", default=3.0, show_default=True, type=float)
+@click.option("--delta-b", default=0.0, show_default=True, type=float)
+@click.option("--delta-f", default=0.0, show_default=True, type=float)
+@click.option("--b-xfer", default=64, show_default=True, type=click.IntRange(min=0))
+@click.option("--num-blocks", default=64, show_default=True, type=click.IntRange(min=2), help="KV blocks (pressure).")
+@click.option("--host-blocks", default=4096, show_default=True, type=click.IntRange(min=1))
+@click.option("--block-size", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-model-len", default=512, show_default=True, type=click.IntRange(min=64))
+@click.option("--max-num-seqs", default=64, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-num-batched-tokens", default=2048, show_default=True, type=click.IntRange(min=1))
+@click.option("--save-trace", default=None, type=click.Path(dir_okay=False), help="Write the seed-0 requests as Mooncake JSONL.")
+@click.option("--json", "json_path", default=None, help="Write the JSON here ('-' for stdout).")
+def bench_vllm(**o: Any) -> None:
+    """Compare policies on a real vLLM engine: attainment, tails, throughput, with 95 % CIs."""
+    from superinfer.sim.metrics import summarise
+    from superinfer.vllm.compat import check_vllm_version
+
+    if (o["model_dir"] is None) == (o["build_tiny"] is None):
+        raise click.UsageError("give exactly one of --model DIR or --build-tiny DIR")
+    policies = [p.strip() for p in str(o["policies"]).split(",") if p.strip()]
+    from superinfer.vllm.replay import ENGINE_POLICIES
+
+    bad = [p for p in policies if p not in ENGINE_POLICIES]
+    if bad or not policies:
+        raise click.BadParameter(f"unknown policy {bad}; valid: {', '.join(ENGINE_POLICIES)}", param_hint="--policies")
+    try:
+        check_vllm_version()
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from None
+    if o["build_tiny"]:
+        from superinfer.vllm.tiny import build_tiny_llama
+
+        o["model"] = str(build_tiny_llama(Path(o["build_tiny"])))
+    else:
+        o["model"] = str(o["model_dir"])
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        _, arr, prompt, output, _ = _requests(o["workload"], o["arrival"], o["rps"], o["duration"], 0, o["max_model_len"])
+        if o["save_trace"]:
+            from superinfer.vllm.replay import write_mooncake
+
+            write_mooncake(Path(o["save_trace"]), arr, prompt, output)
+        measured = None
+        if o["ttft_slo"] is None or o["tbt_slo"] is None:
+            engine_kw = dict(model=o["model"], num_blocks=max(o["num_blocks"], 256), block_size=o["block_size"],
+                             max_model_len=o["max_model_len"], max_num_seqs=o["max_num_seqs"],
+                             max_num_batched_tokens=o["max_num_batched_tokens"])
+            u_ttft, u_tbt = _unloaded(engine_kw, int(np.median(prompt)), int(max(2, np.median(output))), workdir)
+            measured = {"unloaded_ttft_s": u_ttft, "unloaded_tbt_s": u_tbt}
+        slo = (o["ttft_slo"] or o["slo_scale"] * measured["unloaded_ttft_s"],  # type: ignore[index]
+               o["tbt_slo"] or o["slo_scale"] * measured["unloaded_tbt_s"])  # type: ignore[index]
+        runs = [run_policy(p, s, o, slo, workdir) for s in range(o["seeds"]) for p in policies]
+    result = {
+        "command": "superinferd bench vllm " + " ".join(sys.argv[3:]),
+        "config": {k: v for k, v in o.items() if k != "json_path"},
+        "slo": {"ttft_slo_s": slo[0], "tbt_slo_s": slo[1], "measured": measured},
+        "runs": runs,
+        "summary": summarise(runs),
+    }
+    text = json.dumps(result, indent=1)
+    if o["json_path"] == "-":
+        click.echo(text)
+    elif o["json_path"]:
+        Path(str(o["json_path"])).write_text(text + "\n")
+    if o["json_path"] != "-":
+        click.echo(f"SLOs: TTFT {slo[0]:.3f} s, TBT {slo[1]:.4f} s")
+        click.echo(f"{'policy':<14} {'TTFT att %':>20} {'TBT att %':>20} {'TTFT p90 s':>10} {'preempt':>8} {'rot':>6}")
+        for r in result["summary"]:
+            def ci(k: str) -> str:
+                m, (lo, hi) = r[k]["mean"], r[k]["ci95"]
+                return f"{100 * m:5.1f} [{100 * lo:5.1f},{100 * hi:5.1f}]"
+            p90 = np.mean([x["ttft_p90_s"] for x in runs if x["policy"] == r["policy"]])
+            click.echo(f"{r['policy']:<14} {ci('ttft_attainment'):>20} {ci('tbt_attainment'):>20} {p90:>10.3f} "
+                       f"{r['preemptions']['mean']:>8.0f} {r['rotations']['mean']:>6.0f}")

@@ -1,0 +1,193 @@
+"""Drive a real in-process vLLM engine step by step: replay timed arrivals, record token times.
+
+Used by ``superinferd bench vllm`` and ``superinferd calibrate``. The engine runs in this process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the loop sees every step; wall-clock arrival times are honoured
+by adding each request when its time has come (between steps). Per request we record arrival, first and
+last token times and every inter-token gap, in the shape :func:`superinfer.sim.metrics.run_metrics`
+expects (a :class:`superinfer.sim.engine.Trace`), so the JSON fields are those of ``bench sim``.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ENGINE_ENV: dict[str, str] = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+    "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+    "VLLM_NO_USAGE_STATS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+#: bench names -> how the engine is configured
+ENGINE_POLICIES = ("vllm", "vllm-priority", "lvf")
+
+
+@dataclass
+class EngineSpec:
+    model: str
+    policy: str = "vllm"
+    num_blocks: int = 4096
+    block_size: int = 32
+    max_model_len: int = 512
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    dtype: str = "float32"
+    params: dict[str, Any] = field(default_factory=dict)  # lvf: params-file content
+    host_blocks: int | None = None
+    scheduler_cls: str | None = None  # overrides the policy's scheduler (calibration)
+
+    def __post_init__(self) -> None:
+        if self.policy not in ENGINE_POLICIES:
+            raise ValueError(f"policy: {self.policy!r} is not one of {', '.join(ENGINE_POLICIES)}")
+
+
+@contextmanager
+def open_engine(spec: EngineSpec, workdir: Path) -> Iterator[Any]:
+    """An in-process ``vllm.LLM`` configured for ``spec.policy``; shut down on exit."""
+    os.environ.update(ENGINE_ENV)
+    from vllm import LLM
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+    kwargs: dict[str, Any] = {}
+    if spec.policy == "vllm-priority":
+        kwargs["scheduling_policy"] = "priority"
+    if spec.policy == "lvf":
+        from superinfer.vllm.params import write_params
+
+        pf = workdir / "params.json"
+        write_params(pf, spec.params)
+        extra: dict[str, Any] = {"params_file": str(pf)}
+        if spec.host_blocks:
+            extra["host_blocks"] = spec.host_blocks
+        kwargs["scheduler_cls"] = "superinfer.vllm.RotaScheduler"
+        kwargs["kv_transfer_config"] = {"kv_connector": "DuplexKVConnector", "kv_connector_module_path": "superinfer.vllm",
+                                        "kv_role": "kv_both", "kv_connector_extra_config": extra}
+    if spec.scheduler_cls:
+        kwargs["scheduler_cls"] = spec.scheduler_cls
+    llm = LLM(model=spec.model, dtype=spec.dtype, seed=0, block_size=spec.block_size,
+              max_model_len=spec.max_model_len, num_gpu_blocks_override=spec.num_blocks, enforce_eager=True,
+              max_num_seqs=spec.max_num_seqs, max_num_batched_tokens=spec.max_num_batched_tokens,
+              disable_log_stats=False, **kwargs)
+    try:
+        yield llm
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+        cleanup_dist_env_and_memory()
+
+
+def scheduler_of(llm: Any) -> Any:
+    return llm.llm_engine.engine_core.engine_core.scheduler
+
+
+@dataclass
+class Replayed:
+    """Token times of one replay (seconds from the replay's start)."""
+
+    t_arr: np.ndarray
+    t_first: np.ndarray
+    t_end: np.ndarray
+    outputs: np.ndarray
+    last_token: np.ndarray
+    gaps: list[float]
+    gap_owner: list[int]
+    window_tokens: int
+    steps: int
+    wall_s: float
+    preemptions: int = 0
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+def replay(llm: Any, arrival_s: np.ndarray, prompts: list[list[int]], outputs: np.ndarray, duration_s: float,
+           drain_s: float, priorities: list[int] | None = None) -> Replayed:
+    """Add request i at ``arrival_s[i]`` (wall clock from now), step until all finish or the drain ends."""
+    from vllm import SamplingParams
+
+    eng = llm.llm_engine
+    n = len(prompts)
+    t_first = np.full(n, np.nan)
+    t_end = np.full(n, np.nan)
+    last = np.full(n, np.nan)
+    got = np.zeros(n, np.int64)
+    gaps: list[float] = []
+    owner: list[int] = []
+    window_tokens = 0
+    nxt = 0
+    steps = 0
+    index: dict[str, int] = {}
+    t0 = time.monotonic()
+    deadline = duration_s + drain_s
+    while True:
+        now = time.monotonic() - t0
+        while nxt < n and arrival_s[nxt] <= now:
+            sp = SamplingParams(temperature=0.0, max_tokens=int(outputs[nxt]), ignore_eos=True)
+            rid = eng.add_request(str(nxt), {"prompt_token_ids": prompts[nxt]}, sp,
+                                  priority=(priorities[nxt] if priorities else 0))
+            index[str(rid)] = nxt
+            index[str(nxt)] = nxt
+            nxt += 1
+        if not eng.has_unfinished_requests():
+            if nxt >= n or now > deadline:
+                break
+            time.sleep(max(0.0, min(arrival_s[nxt] - now, 0.01)))
+            continue
+        if now > deadline:
+            break
+        outs = eng.step()
+        steps += 1
+        t = time.monotonic() - t0
+        for o in outs:
+            i = index[o.request_id]
+            k = len(o.outputs[0].token_ids) if o.outputs else 0
+            if k > got[i]:
+                if got[i] == 0:
+                    t_first[i] = t
+                else:
+                    gaps.extend([(t - last[i]) / (k - got[i])] * (k - got[i]))
+                    owner.extend([i] * (k - got[i]))
+                if t <= duration_s:
+                    window_tokens += int(k - got[i])
+                got[i] = k
+                last[i] = t
+            if o.finished:
+                t_end[i] = t
+    wall = time.monotonic() - t0
+    pre = 0
+    try:
+        metrics = {m.name: m for m in llm.get_metrics()}
+        pre = int(metrics["vllm:num_preemptions"].value)
+    except Exception:  # noqa: BLE001 - metrics are optional
+        pre = 0
+    return Replayed(np.asarray(arrival_s, float), t_first, t_end, got, last, gaps, owner, window_tokens, steps,
+                    wall, pre)
+
+
+def to_trace(r: Replayed, tenant: np.ndarray, gap_tenant: np.ndarray, counters: dict[str, int], *,
+             num_blocks: int, block_size: int) -> Any:
+    """A :class:`superinfer.sim.engine.Trace` of a replay, for :func:`superinfer.sim.metrics.run_metrics`."""
+    from superinfer.sim.engine import Trace
+
+    return Trace(t_arr=r.t_arr, t_first=r.t_first, t_end=r.t_end, outputs=r.outputs, last_token=r.last_token,
+                 rotations=np.zeros(r.t_arr.shape[0], np.int64), tenant=tenant, gaps=np.asarray(r.gaps, float),
+                 gap_tenant=gap_tenant, window_tokens=r.window_tokens, iterations=r.steps, sim_s=r.wall_s,
+                 wall_s=r.wall_s, counters=counters, hbm_blocks=num_blocks)
+
+
+def write_mooncake(path: Path, arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray) -> None:
+    """The replayed requests as a Mooncake JSONL trace (ms timestamps), for the simulator twin."""
+    with open(path, "w") as fh:
+        for t, p, o in zip(arrival_s.tolist(), prompt.tolist(), output.tolist()):
+            fh.write(json.dumps({"timestamp": int(round(t * 1000)), "input_length": int(p), "output_length": int(o)}) + "\n")
