@@ -104,6 +104,28 @@ def measure(model: str, *, block_size: int = 32, max_model_len: int = 512, repea
     return [Sample(p, d, k, s, pairs) for p, d, k, s, pairs in SAMPLES]
 
 
+def robust_fit(samples: list[Any], *, spike: float = 2.5, rounds: int = 4) -> tuple[Any, int]:
+    """:func:`superinfer.sim.calibration.fit`, refitted without steps slower than ``spike`` x the model.
+
+    On a shared CPU host a step is sometimes descheduled for tens of milliseconds; least squares on
+    absolute times then fits those spikes (a large intercept) and mispredicts every short step. Only
+    upward outliers are dropped (contention never makes a step faster). Returns (coefficients, dropped).
+    """
+    from superinfer.sim.calibration import fit
+
+    kept = list(samples)
+    coef = fit(kept)
+    for _ in range(rounds):
+        pred = [max(1e-6, coef.predict(s.prefill_tokens, s.decode_seqs, s.kv_tokens, s.prefill_attn_pairs))
+                for s in kept]
+        keep = [s for s, p in zip(kept, pred) if s.measured_s <= spike * p]
+        if len(keep) == len(kept) or len(keep) < 10:
+            break
+        kept = keep
+        coef = fit(kept)
+    return coef, len(samples) - len(kept)
+
+
 @click.command("calibrate")
 @click.option("--model", "model_dir", default=None, type=click.Path(file_okay=False), help="Model directory.")
 @click.option("--build-tiny", default=None, type=click.Path(file_okay=False), help="Build the tiny Llama here and use it.")
@@ -133,7 +155,7 @@ def calibrate(model_dir: str | None, build_tiny: str | None, output: str, label:
     samples = measure(str(model_dir), block_size=block_size, max_model_len=max_model_len, repeats=repeats)
     if len(samples) < 10:
         raise click.ClickException(f"only {len(samples)} engine steps measured; cannot fit a calibration")
-    coef = fit(samples)
+    coef, dropped = robust_fit(samples)
     cal = Calibration(engine=f"{dist} {version}", model=label or Path(str(model_dir)).name, hardware=hardware,
                       date=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), coefficients=coef,
                       block_size=block_size, samples=samples)
@@ -141,6 +163,7 @@ def calibrate(model_dir: str | None, build_tiny: str | None, output: str, label:
     pred = [coef.predict(s.prefill_tokens, s.decode_seqs, s.kv_tokens, s.prefill_attn_pairs) for s in samples]
     mape = sum(abs(p - s.measured_s) / s.measured_s for p, s in zip(pred, samples)) / len(samples)
     summary = {"command": "superinferd calibrate " + " ".join(sys.argv[2:]), "output": output, "samples": len(samples),
-               "coefficients": cal.to_json_dict()["coefficients"], "fit_mape_step_time": round(mape, 4)}
+               "coefficients": cal.to_json_dict()["coefficients"], "fit_mape_step_time": round(mape, 4),
+               "dropped_outliers": dropped}
     click.echo(json.dumps(summary, indent=1) if as_json else
                f"wrote {output}: {len(samples)} steps, step-time MAPE of the fit {100 * mape:.1f} %")
