@@ -37,6 +37,10 @@ def make_layout(kind: str, dtype: torch.dtype) -> tuple[KVLayout, list[torch.Ten
     if kind == "vllm_cpu":  # [num_blocks, heads, block_size, 2 * head_dim] per layer, odd bytes
         ts = [torch.empty(NUM_BLOCKS, 1, 3, 5, dtype=dtype) for _ in range(2)]
         return KVLayout.from_vllm_kv_caches({f"l{i}": t for i, t in enumerate(ts)}, NUM_BLOCKS), ts, 0
+    if kind == "vllm_cpu_shared":  # vLLM CPU: per-layer views into ONE allocation (non-zero storage offsets)
+        whole = torch.empty(3, NUM_BLOCKS, 1, 3, 5, dtype=dtype)
+        ts = [whole[i] for i in range(3)]
+        return KVLayout.from_vllm_kv_caches({f"l{i}": t for i, t in enumerate(ts)}, NUM_BLOCKS), ts, 0
     raise ValueError(kind)
 
 
@@ -49,7 +53,7 @@ def poison(t: torch.Tensor) -> None:
 
 
 @pytest.mark.parametrize("merge", [True, False], ids=["merged", "naive"])
-@pytest.mark.parametrize("kind", ["block_first", "vllm_cuda", "vllm_cpu"])
+@pytest.mark.parametrize("kind", ["block_first", "vllm_cuda", "vllm_cpu", "vllm_cpu_shared"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_round_trip(backend: str, dtype: torch.dtype, kind: str, merge: bool) -> None:

@@ -35,5 +35,8 @@ class TorchBackend:
                 for r in range(rows):
                     d[do + r * ds : do + r * ds + row].copy_(s[so + r * ss : so + r * ss + row], non_blocking=True)
             else:
-                d.as_strided((rows, row), (ds, 1), do).copy_(s.as_strided((rows, row), (ss, 1), so))
+                # as_strided's offset counts from the start of the *storage*: add where the base view
+                # begins (vLLM's per-layer KV tensors are views into one shared allocation).
+                d.as_strided((rows, row), (ds, 1), d.storage_offset() + do).copy_(
+                    s.as_strided((rows, row), (ss, 1), s.storage_offset() + so))
         return None
