@@ -6,6 +6,12 @@ reads /v1/state; reports the request rate held, poll latency, and whether anythi
 Starts its own daemon (``--backend sim``, the ``chat`` profile, replay off) unless ``--url`` is given.
 Exit status 0 only if every request completed with the requested tokens, every poll answered 200,
 and the daemon's counters balance (arrived == finished) after the run.
+
+``--max-inflight`` lowers the daemon's ``engine.max_inflight``: a request refused with 503 "overloaded"
+(refused before it reaches the engine, so never counted as arrived) is a rejection with a reason, not a
+loss; the client counts it (``rejected_overloaded``) and retries after a short backoff. The client keeps
+httpx's default keep-alive expiry (5 s, like the OpenAI SDK), so a daemon that closes idle connections
+sooner shows up here as requests the daemon never saw (``unseen_by_daemon``, transport errors).
 """
 
 from __future__ import annotations
@@ -27,10 +33,10 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 
 
-def start_daemon(state_dir: Path, profile: str) -> tuple[subprocess.Popen, str]:
+def start_daemon(state_dir: Path, profile: str, max_inflight: int = 100000) -> tuple[subprocess.Popen, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERINFER_") and k != "NOTIFY_SOCKET"}
     cmd = [sys.executable, "-m", "superinfer.cli", "start", "--profile", profile, "--backend", "sim", "--port", "0",
-           "--state-dir", str(state_dir), "--set", "sim.rps=0", "--set", "engine.max_inflight=100000"]
+           "--state-dir", str(state_dir), "--set", "sim.rps=0", "--set", f"engine.max_inflight={max_inflight}"]
     log = open(state_dir.parent / "daemon.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
     deadline = time.monotonic() + 90
@@ -68,10 +74,28 @@ def poll_state(url: str, poll_s: float, stop, out) -> None:
     out.put((polls, seen))
 
 
-async def run_load(url: str, requests: int, concurrency: int, max_tokens: int, poll_s: float) -> dict:
+def _overloaded(r: httpx.Response) -> bool:
+    """A 503 refusal by admission control (``engine.max_inflight``): nothing reached the engine."""
+    if r.status_code != 503:
+        return False
+    try:
+        return str(r.json()["error"]["message"]).startswith("overloaded")
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
+async def run_load(url: str, requests: int, concurrency: int, max_tokens: int, poll_s: float,
+                   max_retries: int = 200) -> dict:
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
     results: list[tuple[int, int]] = []
     errors: list[str] = []
+    overloaded = [0]  # 503 "overloaded" answers (each retried)
+    connects = [0]
+
+    async def trace(event: str, info: dict) -> None:
+        if event == "connection.connect_tcp.complete":
+            connects[0] += 1
+
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
         sem = asyncio.Semaphore(concurrency)
 
@@ -80,7 +104,12 @@ async def run_load(url: str, requests: int, concurrency: int, max_tokens: int, p
                 body = {"prompt": "w" * (64 + (i % 7) * 32), "max_tokens": max_tokens,
                         "vllm_xargs": {"tenant": "default"}}
                 try:
-                    r = await client.post("/v1/completions", json=body)
+                    for attempt in range(max_retries + 1):
+                        r = await client.post("/v1/completions", json=body, extensions={"trace": trace})
+                        if not _overloaded(r) or attempt == max_retries:
+                            break
+                        overloaded[0] += 1
+                        await asyncio.sleep(min(0.01 * 2 ** min(attempt, 6), 0.5) * (0.5 + (i % 10) / 10))
                     tokens = r.json().get("usage", {}).get("completion_tokens", -1) if r.status_code == 200 else -1
                     results.append((r.status_code, tokens))
                 except httpx.HTTPError as exc:
@@ -91,6 +120,7 @@ async def run_load(url: str, requests: int, concurrency: int, max_tokens: int, p
         out: mp.Queue = mp.Queue()
         poller = mp.Process(target=poll_state, args=(url, poll_s, stop, out), daemon=True)
         poller.start()
+        arrived0 = (await client.get("/v1/state")).json()["counters"]["arrived"]  # a --url daemon may have history
         t0 = time.perf_counter()
         await asyncio.gather(*(one(i) for i in range(requests)))
         wall = time.perf_counter() - t0
@@ -105,7 +135,12 @@ async def run_load(url: str, requests: int, concurrency: int, max_tokens: int, p
         "requests": requests, "concurrency": concurrency, "max_tokens": max_tokens,
         "completed_ok": ok, "lost": requests - ok,
         "failures": sorted({f"{code}/{tok}" for code, tok in results if not (code == 200 and tok == max_tokens)}),
-        "client_errors": errors[:5], "wall_s": round(wall, 3),
+        "client_errors": errors[:5], "transport_errors": len(errors),
+        "rejected_overloaded": overloaded[0], "connections_opened": connects[0],
+        # requests the daemon never admitted (transport errors before the handler; overload refusals are
+        # retried and so not counted here): arrived counts every request the engine saw, once
+        "unseen_by_daemon": requests - (c["arrived"] - arrived0),
+        "wall_s": round(wall, 3),
         "request_rate_rps": round(requests / wall, 1), "token_rate_tps": round(ok * max_tokens / wall, 1),
         "polls": len(polls), "polls_ok": sum(1 for p in polls if p[0] == 200),
         "poll_p50_s": round(lat[len(lat) // 2], 4) if lat else None,
@@ -125,6 +160,9 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--poll-s", type=float, default=0.1)
+    ap.add_argument("--max-inflight", type=int, default=100000,
+                    help="the daemon's engine.max_inflight (only when it starts its own daemon); lower it to "
+                         "exercise the 503 'overloaded' path, which the client retries")
     ap.add_argument("--json", dest="json_out", help="write the result here")
     a = ap.parse_args()
     if a.requests < 1 or a.concurrency < 1 or a.max_tokens < 1:
@@ -133,7 +171,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         url = a.url
         if url is None:
-            proc, url = start_daemon(Path(tmp) / "state", a.profile)
+            proc, url = start_daemon(Path(tmp) / "state", a.profile, a.max_inflight)
         try:
             res = asyncio.run(run_load(url, a.requests, a.concurrency, a.max_tokens, a.poll_s))
         finally:

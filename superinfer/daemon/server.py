@@ -33,6 +33,13 @@ log = logging.getLogger("superinfer.daemon")
 STALL_S = 30.0  # an engine loop silent this long is stalled (watchdog pings stop, /healthz 503)
 FALLBACK_B_XFER = 64  # the plugin's default when nothing better is known
 PERSISTED_PARAM_KEYS = ("alpha", "delta_b", "delta_f", "min_residency", "max_rotations")
+#: seconds an idle keep-alive connection is kept open. It must exceed the idle expiry of the clients'
+#: connection pools, or the server closes a connection just as a client reuses it for a new request,
+#: which then fails on the client (httpx ``ReadError``/``RemoteProtocolError``) without ever reaching the
+#: engine. uvicorn's default (5 s) equals httpx's and the OpenAI SDK's ``keepalive_expiry`` (5 s), so
+#: that race lost about one load-test request in three runs; 75 s also outlasts aiohttp (15 s) and
+#: nginx upstream keep-alive (60 s). Clients that keep idle connections longer (Go: 90 s) still race.
+KEEP_ALIVE_S = 75
 
 
 class StartError(RuntimeError):
@@ -221,7 +228,8 @@ async def serve(daemon: Daemon) -> int:
     notifier = Notifier()
     app = build_app(daemon)
     server = make_server(uvicorn.Config(app, host=cfg.d("host"), port=cfg.d("port"), log_level="warning",
-                                    access_log=False, lifespan="off", timeout_graceful_shutdown=5))
+                                    access_log=False, lifespan="off", timeout_graceful_shutdown=5,
+                                    timeout_keep_alive=KEEP_ALIVE_S))
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("superinfer.daemon")
 PROXIED = ("/v1/completions", "/v1/chat/completions")
+ENGINE_KEEPALIVE_S = 2.0  # idle expiry of the proxy's connections to the vLLM child (below its 5 s keep-alive)
 _METRIC_RE = re.compile(r"^(vllm:[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+|NaN)$", re.M)
 
 
@@ -136,7 +137,12 @@ class VllmBackend(Backend):
         cmd = self.command(port, daemon.store.path)
         log.info("starting vLLM on %s: %s", self.engine_url, " ".join(cmd))
         self.proc = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent)
-        self._client = httpx.AsyncClient(base_url=self.engine_url, timeout=httpx.Timeout(None, connect=10.0))
+        # Idle connections to the child expire before vLLM's uvicorn closes them (VLLM_HTTP_TIMEOUT_KEEP_ALIVE,
+        # 5 s by default, httpx's own default expiry too): otherwise a request forwarded on a connection the
+        # child is closing fails with a transport error (502 here) without reaching the engine.
+        self._client = httpx.AsyncClient(base_url=self.engine_url, timeout=httpx.Timeout(None, connect=10.0),
+                                         limits=httpx.Limits(max_connections=100, max_keepalive_connections=20,
+                                                             keepalive_expiry=ENGINE_KEEPALIVE_S))
         deadline = time.monotonic() + self.cfg.get("engine", "startup_timeout_s")
         from superinfer.daemon.server import StartError
 
