@@ -33,6 +33,8 @@ import numpy as np
 from superinfer.core.types import Capacity, Params, Phase, Plan, Snapshot, TenantTable, VictimMode
 
 _NEG_INF = float("-inf")
+_SWAP = int(VictimMode.SWAP)
+_RECOMPUTE = int(VictimMode.RECOMPUTE)
 
 
 @dataclass
@@ -99,21 +101,27 @@ class _Work:
         data = (int(s.num_computed[r]) + self.bs - 1) // self.bs
         return max(0, min(data, int(s.blocks_hbm[r])) - int(s.synced[r]) - int(s.syncing[r]))
 
-    def preempt(self, r: int, *, forced: bool, save_tail: bool) -> None:
-        """Make ``r`` a victim: return what it was given, free its blocks, copy out what fits."""
-        s = self.snap
-        self.tokens += int(self.sched[r])
-        self.free += int(self.alloc[r]) + int(s.blocks_hbm[r])
-        self.sched[r] = 0
-        self.alloc[r] = 0
+    def preempt(self, r: int, *, forced: bool, save_tail: bool, blocks: int = -1, unsynced: int = -1) -> None:
+        """Make ``r`` a victim: return what it was given, free its blocks, copy out what fits.
+
+        ``blocks`` and ``unsynced`` may be passed when the caller already knows them.
+        """
+        sched, alloc = int(self.sched[r]), int(self.alloc[r])
+        if sched:
+            self.tokens += sched
+            self.sched[r] = 0
+        if alloc:
+            self.alloc[r] = 0
+        self.free += alloc + (blocks if blocks >= 0 else int(self.snap.blocks_hbm[r]))
         self.seqs -= 1
-        unsynced = self.unsynced(r)
+        if unsynced < 0:
+            unsynced = self.unsynced(r)
         copy = min(unsynced, self.d2h, self.dram) if save_tail else 0
         self.d2h -= copy
         self.dram -= copy
         self.victim[r] = True
         self.victim_d2h[r] = copy
-        self.victim_mode[r] = VictimMode.SWAP if copy == unsynced else VictimMode.RECOMPUTE
+        self.victim_mode[r] = _SWAP if copy == unsynced else _RECOMPUTE
         self.forced[r] = forced
 
     def growth(self, r: int, tokens: int) -> int:
@@ -207,14 +215,15 @@ class _VictimTail:
         self.unsynced = unsynced.tolist()
         self.pos = 0
 
-    def take(self, w: _Work, need: int, vlt_c: float) -> list[int]:
-        """Victims that free ``need`` blocks, all ranked below ``vlt_c``, or ``[]`` if impossible.
+    def take(self, w: _Work, need: int, vlt_c: float) -> list[tuple[int, int, int]]:
+        """Victims (row, blocks, unsynced) that free ``need`` blocks, all ranked below ``vlt_c``, or
+        ``[]`` if impossible.
 
         Looks only: the caller preempts what is returned. Rows passed over here (guarded, or with a
         tail that does not fit what is left of the budget) can never qualify later in this walk:
         budgets only shrink and later candidates rank lower.
         """
-        chosen: list[int] = []
+        chosen: list[tuple[int, int, int]] = []
         freed = 0
         d2h, dram = w.d2h, w.dram
         pos, n = self.pos, len(self.rows)
@@ -232,7 +241,7 @@ class _VictimTail:
             d2h -= unsynced
             dram -= unsynced
             freed += self.blocks[k] + int(w.alloc[v])
-            chosen.append(v)
+            chosen.append((v, self.blocks[k], unsynced))
         self.pos = pos
         return chosen if freed >= need else []
 
@@ -294,9 +303,9 @@ class _Walk:
                 chosen = self.tail.take(w, need - w.free, vlt_c)
                 if not chosen:
                     return "done"
-                for v in chosen:
-                    w.preempt(v, forced=False, save_tail=True)
-                self.floor = max(self.floor, float(vlt[chosen[-1]]))
+                for v, blocks, unsynced in chosen:
+                    w.preempt(v, forced=False, save_tail=True, blocks=blocks, unsynced=unsynced)
+                self.floor = max(self.floor, float(vlt[chosen[-1][0]]))
             w.alloc[c] = need
             w.free -= need
             w.sched[c] = tokens
