@@ -46,7 +46,7 @@ def _fcfs_candidates(ctx: Ctx, rows: np.ndarray) -> Iterator[int]:
     s = ctx.snap
     preempted = rows[s.rotations[rows] > 0]
     fresh = rows[s.rotations[rows] == 0]
-    yield from sort_rows(preempted, s.t_arr, s.req_id).tolist()
+    yield from stream_desc(-s.t_arr, preempted, s.t_arr, s.req_id)
     yield from stream_desc(-s.t_arr, fresh, s.t_arr, s.req_id)
 
 
