@@ -83,9 +83,16 @@ class _Work:
         self.h2d = cap.b_xfer
         self.d2h = cap.b_xfer
         self.dram = cap.dram_free_blocks
-        resident = (snap.phase == Phase.RUNNING) | (snap.blocks_hbm > 0)
-        self.seqs = int(np.count_nonzero(resident))
+        # The row sets every step works on, computed once (each is one pass over all rows).
+        running = snap.phase == Phase.RUNNING
+        idle = ~snap.busy
+        loading = snap.h2d_pending > 0
+        self.running = np.flatnonzero(running & ~loading & idle)  # servable and preemptible
+        self.loading = np.flatnonzero(loading & idle)  # swap-ins under way
+        self.cands = np.flatnonzero(~running & (snap.blocks_hbm == 0) & idle)  # waiting and parked
+        self.seqs = int(np.count_nonzero(running | (snap.blocks_hbm > 0)))
         self.max_seqs = cap.max_num_seqs
+        self.admitted: list[int] = []
         self.sched = np.zeros(n, np.int64)
         self.alloc = np.zeros(n, np.int64)
         self.swap = np.zeros(n, np.int64)
@@ -132,7 +139,7 @@ class _Work:
 
 def _continue_loads(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
     s = ctx.snap
-    rows = np.flatnonzero((s.h2d_pending > 0) & ~s.busy)
+    rows = w.loading
     if rows.shape[0] == 0:
         return
     for r in spec.candidate_order(ctx, rows):
@@ -155,7 +162,7 @@ def _next_victim(order: np.ndarray, pos: int, w: _Work) -> tuple[int, int]:
 
 def _serve_running(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
     s = ctx.snap
-    rows = np.flatnonzero((s.phase == Phase.RUNNING) & (s.h2d_pending == 0) & ~s.busy)
+    rows = w.running
     if rows.shape[0] == 0:
         return
     to_compute = s.num_tokens[rows] - s.num_computed[rows]
@@ -204,8 +211,7 @@ class _VictimTail:
 
     def __init__(self, ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
         s, p = ctx.snap, ctx.params
-        running = np.flatnonzero((s.phase == Phase.RUNNING) & (s.h2d_pending == 0) & ~s.busy)
-        rows = spec.victim_order(ctx, running)
+        rows = spec.victim_order(ctx, w.running)
         data = (s.num_computed[rows] + w.bs - 1) // w.bs
         unsynced = np.maximum(np.minimum(data, s.blocks_hbm[rows]) - s.synced[rows] - s.syncing[rows], 0)
         self.rows = rows.tolist()
@@ -251,9 +257,9 @@ def _admit(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
     walk restarts over the candidates that do not need it, so a long queue of parked requests costs a
     partition, not a Python loop over every one of them."""
     s = ctx.snap
-    if not spec.admit_after_preempt and w.victim.any():
+    if not spec.admit_after_preempt and w.victim[w.running].any():
         return
-    pool = np.flatnonzero((s.phase != Phase.RUNNING) & (s.blocks_hbm == 0) & ~s.busy)
+    pool = w.cands
     if pool.shape[0] == 0:
         return
     walk = _Walk(ctx, spec, w)
@@ -274,7 +280,8 @@ class _Walk:
         s = ctx.snap
         self.ctx, self.spec, self.w = ctx, spec, w
         self.seen = np.zeros(len(s), np.bool_)
-        self.floor = float(ctx.vlt[w.victim].max()) if (ctx.vlt is not None and w.victim.any()) else _NEG_INF
+        victims = w.running[w.victim[w.running]]
+        self.floor = float(ctx.vlt[victims].max()) if (ctx.vlt is not None and victims.shape[0]) else _NEG_INF
         self.tail = _VictimTail(ctx, spec, w) if spec.discretionary else None
 
     def run(self, stream: Iterator[int]) -> str:
@@ -313,6 +320,7 @@ class _Walk:
             w.swap[c] = h2d
             w.h2d -= h2d
             w.seqs += 1
+            w.admitted.append(c)
         return "done"
 
 
@@ -320,13 +328,13 @@ def _eager_sync(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
     s = ctx.snap
     if not spec.eager_sync or w.d2h == 0 or w.dram == 0:
         return
-    full = s.num_computed // w.bs
-    unsynced_full = np.minimum(full, s.blocks_hbm) - s.synced - s.syncing
-    rows = np.flatnonzero((unsynced_full > 0) & (s.phase == Phase.RUNNING) & ~w.victim & ~s.busy)
+    rows = w.running[~w.victim[w.running]]
+    unsynced_full = np.minimum(s.num_computed[rows] // w.bs, s.blocks_hbm[rows]) - s.synced[rows] - s.syncing[rows]
+    rows = rows[unsynced_full > 0]
     if rows.shape[0] == 0:
         return
     order = spec.victim_order(ctx, rows)  # likeliest victims first
-    want = unsynced_full[order]
+    want = np.minimum(s.num_computed[order] // w.bs, s.blocks_hbm[order]) - s.synced[order] - s.syncing[order]
     budget = min(w.d2h, w.dram)
     before = np.concatenate(([0], np.cumsum(want)[:-1]))
     give = np.clip(budget - before, 0, want)
@@ -357,11 +365,13 @@ def build_plan(ctx: Ctx, spec: PolicySpec) -> Plan:
 
 def _package(ctx: Ctx, spec: PolicySpec, w: _Work) -> Plan:
     ids = ctx.snap.req_id
-    sched = np.flatnonzero(w.sched)
-    alloc = np.flatnonzero(w.alloc)
-    swap = np.flatnonzero(w.swap)
-    vict = np.flatnonzero(w.victim)
-    sync = np.flatnonzero(w.sync)
+    # Only these rows can carry a decision; scanning them instead of every row keeps row order.
+    touched = np.sort(np.concatenate((w.running, w.loading, np.asarray(w.admitted, np.int64))))
+    sched = touched[w.sched[touched] != 0]
+    alloc = touched[w.alloc[touched] != 0]
+    swap = touched[w.swap[touched] != 0]
+    vict = touched[w.victim[touched]]
+    sync = touched[w.sync[touched] != 0]
     return Plan(
         policy=spec.name,
         sched_ids=ids[sched],
