@@ -21,26 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from superinfer.core.blocks import KVLedger
-from superinfer.core.types import Capacity, Phase, Plan, Snapshot, blocks_for
+from superinfer.core.types import FLOAT_COLUMNS, INT_COLUMNS, Capacity, Phase, Plan, Snapshot, blocks_for
 
-_I64 = (
-    "req_id",
-    "tenant",
-    "num_prompt",
-    "num_tokens",
-    "num_computed",
-    "outputs",
-    "target_output",
-    "blocks_hbm",
-    "blocks_dram",
-    "synced",
-    "syncing",
-    "h2d_pending",
-    "residency",
-    "rotations",
-    "priority",
-)
-_F64 = ("t_arr", "t_last", "t_run", "t_first", "pred_remaining")
+_I64 = INT_COLUMNS + ("num_prompt", "outputs", "target_output")
+_F64 = FLOAT_COLUMNS + ("t_first",)
 
 
 @dataclass
@@ -209,27 +193,7 @@ class EngineState:
 
     # ---- planning inputs ---------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        rows = self.live_rows()
-        return Snapshot(
-            req_id=self.req_id[rows],
-            phase=self.phase[rows],
-            t_arr=self.t_arr[rows],
-            t_last=self.t_last[rows],
-            t_run=self.t_run[rows],
-            tenant=self.tenant[rows],
-            num_tokens=self.num_tokens[rows],
-            num_computed=self.num_computed[rows],
-            blocks_hbm=self.blocks_hbm[rows],
-            blocks_dram=self.blocks_dram[rows],
-            synced=self.synced[rows],
-            syncing=self.syncing[rows],
-            h2d_pending=self.h2d_pending[rows],
-            residency=self.residency[rows],
-            rotations=self.rotations[rows],
-            priority=self.priority[rows],
-            pred_remaining=self.pred_remaining[rows],
-            busy=self.busy[rows],
-        )
+        return Snapshot.gather(self, self.live_rows())
 
     def capacity(self, b_xfer: int, token_budget: int, max_num_seqs: int) -> Capacity:
         return Capacity(

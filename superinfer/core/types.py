@@ -152,9 +152,8 @@ class Capacity:
             raise ValueError(f"capacity: free_blocks {self.free_blocks} > hbm_blocks {self.hbm_blocks}")
 
 
-_INT_COLUMNS = (
-    "req_id",
-    "tenant",
+# Column groups of a Snapshot; engine tables that keep more columns extend these.
+COUNT_COLUMNS = (  # integers that can never be negative
     "num_tokens",
     "num_computed",
     "blocks_hbm",
@@ -164,9 +163,10 @@ _INT_COLUMNS = (
     "h2d_pending",
     "residency",
     "rotations",
-    "priority",
 )
-_FLOAT_COLUMNS = ("t_arr", "t_last", "t_run", "pred_remaining")
+INT_COLUMNS = ("req_id", "tenant", "priority") + COUNT_COLUMNS
+FLOAT_COLUMNS = ("t_arr", "t_last", "t_run", "pred_remaining")
+_INT_COLUMNS, _FLOAT_COLUMNS = INT_COLUMNS, FLOAT_COLUMNS
 
 
 @dataclass
@@ -248,6 +248,16 @@ class Snapshot:
                     bad = int(np.flatnonzero(~np.isfinite(arr) | (arr != np.floor(arr)))[0])
                     raise ValueError(f"{f.name}: expected integers, got {arr[bad]!r} at row {bad}")
             out[f.name] = arr.astype(dtype, copy=False)
+        return cls(**out)
+
+    @classmethod
+    def gather(cls, table: object, rows: np.ndarray, **columns: np.ndarray) -> "Snapshot":
+        """Rows ``rows`` of an engine table whose attributes are full-length column arrays named as
+        the snapshot's fields; ``columns`` gives (already gathered) values for fields it lacks or names
+        differently. One fancy-index copy per column, no validation (the caller's table is trusted)."""
+        out = {}
+        for f in fields(cls):
+            out[f.name] = columns[f.name] if f.name in columns else getattr(table, f.name)[rows]
         return cls(**out)
 
     def take(self, index: np.ndarray) -> "Snapshot":

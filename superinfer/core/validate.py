@@ -7,19 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from superinfer.core.types import Capacity, Phase, Snapshot, TenantTable, blocks_for
+from superinfer.core.types import COUNT_COLUMNS, Capacity, Phase, Snapshot, TenantTable, blocks_for
 
-_NON_NEGATIVE = (
-    "num_tokens",
-    "num_computed",
-    "blocks_hbm",
-    "blocks_dram",
-    "synced",
-    "syncing",
-    "h2d_pending",
-    "residency",
-    "rotations",
-)
+_NON_NEGATIVE = COUNT_COLUMNS
 
 
 def _fail(name: str, snap: Snapshot, mask: np.ndarray, what: str) -> None:

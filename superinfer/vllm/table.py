@@ -109,23 +109,5 @@ class RequestTable:
         """The core's snapshot of all live rows, in row order (see :meth:`live_rows`)."""
         rows = self.live_rows()
         n = rows.shape[0]
-        return Snapshot(
-            req_id=self.seq[rows],
-            phase=self.phase[rows],
-            t_arr=self.t_arr[rows],
-            t_last=self.t_last[rows],
-            t_run=self.t_run[rows],
-            tenant=self.tenant[rows],
-            num_tokens=self.num_tokens[rows],
-            num_computed=self.num_computed[rows],
-            blocks_hbm=self.blocks_hbm[rows],
-            blocks_dram=self.blocks_dram[rows],
-            synced=self.synced[rows],
-            syncing=self.syncing[rows],
-            h2d_pending=np.zeros(n, np.int64),
-            residency=self.residency[rows],
-            rotations=self.rotations[rows],
-            priority=self.priority[rows],
-            pred_remaining=np.zeros(n, np.float64),
-            busy=self.busy[rows],
-        )
+        return Snapshot.gather(self, rows, req_id=self.seq[rows], h2d_pending=np.zeros(n, np.int64),
+                               pred_remaining=np.zeros(n, np.float64))
