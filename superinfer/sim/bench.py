@@ -40,6 +40,8 @@ class RunSpec:
     tenants: TenantTable | None = None
     tenant_mix: tuple[tuple[str, float], ...] = ()
     dram_gib: float | None = None
+    hbm_blocks: int | None = None  # None: from the model/hardware profile
+    dram_blocks: int | None = None  # overrides dram_gib
     drain_s: float = 300.0
     sjf_noise: float = 0.0
     calibration: str | None = None
@@ -61,10 +63,13 @@ def run_one(spec: RunSpec) -> dict:
                       max_len=model.max_model_len)
     cm = cost_model(spec)
     tenants = spec.tenants or TenantTable()
-    dram_blocks = None if spec.dram_gib is None else cm.dram_blocks(spec.dram_gib * (1 << 30))
+    if spec.dram_blocks is not None:
+        dram_blocks: int | None = spec.dram_blocks
+    else:
+        dram_blocks = None if spec.dram_gib is None else cm.dram_blocks(spec.dram_gib * (1 << 30))
     cfg = SimConfig(policy=spec.policy, max_num_seqs=spec.max_num_seqs,
                     max_num_batched_tokens=spec.max_num_batched_tokens, b_xfer=spec.b_xfer, params=spec.params,
-                    tenants=tenants, dram_blocks=dram_blocks, drain_s=spec.drain_s, sjf_noise=spec.sjf_noise,
+                    tenants=tenants, hbm_blocks=spec.hbm_blocks, dram_blocks=dram_blocks, drain_s=spec.drain_s, sjf_noise=spec.sjf_noise,
                     seed=spec.seed)
     trace = Simulator(w, cm, cfg).run()
     out = {"policy": spec.policy, "rps": spec.rps, "seed": spec.seed}

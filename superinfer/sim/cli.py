@@ -75,6 +75,9 @@ def _tenants(value: str | None, ttft: float, tbt: float) -> tuple[TenantTable, t
 @click.option("--max-num-batched-tokens", default=8192, show_default=True, type=click.IntRange(min=1))
 @click.option("--block-size", default=16, show_default=True, type=click.IntRange(min=1))
 @click.option("--dram-gib", default=None, type=click.FloatRange(min=0), help="Host KV pool (default: all DRAM of the profile).")
+@click.option("--hbm-blocks", default=None, type=click.IntRange(min=1),
+              help="Device KV blocks (default: what fits in the profile's HBM); e.g. a real engine's num_gpu_blocks.")
+@click.option("--dram-blocks", default=None, type=click.IntRange(min=0), help="Host KV pool in blocks (excludes --dram-gib).")
 @click.option("--drain", default=300.0, show_default=True, type=click.FloatRange(min=0), help="Seconds to drain after arrivals end.")
 @click.option("--sjf-noise", default=0.0, show_default=True, type=click.FloatRange(min=0), help="Log-normal sigma of sjf's predictions.")
 @click.option("--calibration", default=None, type=click.Path(exists=True, dir_okay=False), help="Measured calibration JSON.")
@@ -85,6 +88,8 @@ def _tenants(value: str | None, ttft: float, tbt: float) -> tuple[TenantTable, t
 def bench_sim(**o: object) -> None:
     """Compare policies on the digital twin: attainment, tails, throughput, rotations, with 95 % CIs."""
     policies = _policies(str(o["policies"]))
+    if o["dram_blocks"] is not None and o["dram_gib"] is not None:
+        raise click.UsageError("give at most one of --dram-gib and --dram-blocks")
     rps = _floats(str(o["rps"]), "--rps")
     tenants, mix = _tenants(o["tenants"], float(o["ttft_slo"]), float(o["tbt_slo"]))  # type: ignore[arg-type]
     try:
@@ -95,7 +100,8 @@ def bench_sim(**o: object) -> None:
                    duration_s=float(o["duration"]), model=str(o["model"]), hardware=str(o["hardware"]),
                    block_size=int(o["block_size"]), max_num_seqs=int(o["max_num_seqs"]),
                    max_num_batched_tokens=int(o["max_num_batched_tokens"]), b_xfer=o["b_xfer"], params=params,  # type: ignore[arg-type]
-                   tenants=tenants, tenant_mix=mix, dram_gib=o["dram_gib"], drain_s=float(o["drain"]),  # type: ignore[arg-type]
+                   tenants=tenants, tenant_mix=mix, dram_gib=o["dram_gib"], hbm_blocks=o["hbm_blocks"],  # type: ignore[arg-type]
+                   dram_blocks=o["dram_blocks"], drain_s=float(o["drain"]),  # type: ignore[arg-type]
                    sjf_noise=float(o["sjf_noise"]), calibration=o["calibration"], skip_bad=bool(o["skip_bad"]))  # type: ignore[arg-type]
     specs = grid(base, policies, rps, int(o["seeds"]))
     try:

@@ -42,6 +42,7 @@ class SimConfig:
     b_xfer: int | None = None  # blocks per iteration per direction; None: design §4 from the cost model
     params: Params = field(default_factory=Params)
     tenants: TenantTable = field(default_factory=TenantTable)
+    hbm_blocks: int | None = None  # None: what fits in the profile's HBM (cost model); else this many
     dram_blocks: int | None = None  # None: the whole DRAM of the hardware profile
     drain_s: float = 300.0
     sjf_noise: float = 0.0  # log-normal sigma of the sjf oracle's predictions (0 = exact oracle)
@@ -55,6 +56,14 @@ class SimConfig:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if self.b_xfer is not None and self.b_xfer < 0:
             raise ValueError(f"b_xfer: must be >= 0, got {self.b_xfer}")
+        for name in ("hbm_blocks", "dram_blocks"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+                raise ValueError(f"{name}: expected an integer or None, got {v!r}")
+        if self.hbm_blocks is not None and self.hbm_blocks < 1:
+            raise ValueError(f"hbm_blocks: must be >= 1, got {self.hbm_blocks}")
+        if self.dram_blocks is not None and self.dram_blocks < 0:
+            raise ValueError(f"dram_blocks: must be >= 0, got {self.dram_blocks}")
         if self.drain_s < 0 or self.sjf_noise < 0:
             raise ValueError("drain_s and sjf_noise must be >= 0")
 
@@ -102,7 +111,8 @@ class Simulator:
         core_name = {"vllm": "fcfs", "lvf-nooverlap": "lvf"}.get(cfg.policy, cfg.policy)
         self.policy = get_policy(core_name)
         self.lossless = core_name == "lvf"
-        self.hbm_blocks = cm.hbm_kv_blocks(cfg.max_num_batched_tokens)
+        self.hbm_blocks = (cm.hbm_kv_blocks(cfg.max_num_batched_tokens) if cfg.hbm_blocks is None
+                           else int(cfg.hbm_blocks))
         uses_dram = core_name in ("lvf", "vllm-offload")
         self.dram_blocks = (cm.dram_blocks() if cfg.dram_blocks is None else cfg.dram_blocks) if uses_dram else 0
         if core_name == "lvf":

@@ -120,3 +120,33 @@ def test_bad_config_is_a_clear_error():
         SimConfig(policy="lvf", max_num_seqs=0)
     with pytest.raises(ValueError, match="alpha"):
         Params(alpha=-1)
+
+
+def test_explicit_hbm_blocks_replace_the_profile_and_create_pressure():
+    w = load_workload("sharegpt", rps=8.0, duration_s=5.0, seed=0, max_len=2048)
+    cm = CostModel(get_model("llama-3-8b"), get_hardware("gh200"), 16)
+    roomy = Simulator(w, cm, SimConfig(policy="vllm", drain_s=600.0))
+    assert roomy.hbm_blocks == cm.hbm_kv_blocks(8192)
+    tight = Simulator(w, cm, SimConfig(policy="vllm", hbm_blocks=160, drain_s=600.0))
+    assert tight.hbm_blocks == tight.state.ledger.hbm.num_blocks == 160
+    t_tight, t_roomy = tight.run(), roomy.run()
+    assert t_tight.hbm_blocks == 160 and 0 < t_tight.max_hbm_blocks_used <= 160
+    assert t_tight.counters["preemptions"] > 0 and t_roomy.counters["preemptions"] == 0
+    lvf = Simulator(w, cm, SimConfig(policy="lvf", hbm_blocks=160, dram_blocks=500, drain_s=600.0))
+    assert (lvf.hbm_blocks, lvf.dram_blocks) == (160, 500)
+    assert lvf.run().counters["swap_ins"] > 0
+
+
+def test_bad_block_counts_are_clear_errors():
+    with pytest.raises(ValueError, match="hbm_blocks: must be >= 1, got 0"):
+        SimConfig(policy="vllm", hbm_blocks=0)
+    with pytest.raises(ValueError, match="hbm_blocks: expected an integer or None"):
+        SimConfig(policy="vllm", hbm_blocks=1.5)
+    with pytest.raises(ValueError, match="dram_blocks: must be >= 0"):
+        SimConfig(policy="lvf", dram_blocks=-1)
+
+
+def test_run_spec_passes_hbm_and_dram_blocks():
+    out = run_one(RunSpec(policy="lvf", rps=4.0, seed=0, workload="sharegpt", duration_s=3.0, hbm_blocks=96,
+                          dram_blocks=300))
+    assert out["hbm_blocks"] == 96 and out["dram_blocks"] == 300 and out["max_hbm_blocks_used"] <= 96

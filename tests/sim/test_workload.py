@@ -318,3 +318,30 @@ def test_mooncake_detected_whatever_the_extension(tmp_path):
                '{"timestamp": 1500, "input_length": 5, "output_length": 2}\n')
     assert detect_format(p) == "mooncake"
     assert read_trace(p).arrival_s.tolist() == [0.0, 1.5]
+
+
+def test_trace_holding_exactly_rps_times_duration_requests_is_accepted(tmp_path):
+    # 114 requests over ~20 s (what `bench vllm --rps 5.7 --duration 20 --save-trace` writes): 5.7 * 20 is
+    # 114.00000000000001 in floating point, and the whole trace is what the window needs.
+    rng = np.random.default_rng(3)
+    ms = np.sort(rng.integers(0, 19_900, 114))
+    ms[0] = 0
+    rows = [{"timestamp": int(t), "input_length": 10 + i, "output_length": 5} for i, t in enumerate(ms)]
+    p = _write(tmp_path, "exact.jsonl", "\n".join(json.dumps(r) for r in rows) + "\n")
+    w = load_workload(f"mooncake:{p}", arrival="trace", rps=5.7, duration_s=20.0)
+    assert len(w) == 114
+    assert w.arrival_s[-1] < 20.0
+    ratios = np.diff(w.arrival_s)[ms[1:] != ms[:-1]] / (np.diff(ms)[ms[1:] != ms[:-1]] / 1000.0)
+    np.testing.assert_allclose(ratios, ratios[0])  # one constant scales every gap
+    with pytest.raises(WorkloadError, match="holds 114 requests but 5.75 req/s for 20.0 s needs 115"):
+        load_workload(f"mooncake:{p}", arrival="trace", rps=5.75, duration_s=20.0)
+
+
+def test_rescaled_window_holds_exactly_rps_times_duration_despite_rounding():
+    # (20 / x) * x < 20 in floating point for x = 0.61: the arrival meant to land on the window's end
+    # must not slip inside it.
+    a = np.array([0.0, 0.1, 0.2, 0.3, 0.61, 0.7])
+    assert (20.0 / 0.61) * 0.61 < 20.0
+    w = Workload.from_arrays(a, [10] * 6, [5] * 6, duration_s=1.0, source="t")
+    r = window(rescale(w, rps=0.2, duration_s=20.0), 20.0)
+    assert len(r) == 4 and r.arrival_s[-1] < 20.0

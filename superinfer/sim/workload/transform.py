@@ -36,9 +36,13 @@ def rescale_factor(arrival_s: np.ndarray, rps: float, duration_s: float | None =
     wanted = int(round(rps * duration_s))
     if wanted < 1:
         raise WorkloadError(f"rps {rps} x duration {duration_s} s is less than one request")
-    if wanted >= n:
+    if wanted > n:
         raise WorkloadError(f"{source or 'trace'}: holds {n} requests but {rps} req/s for {duration_s} s needs "
                             f"{wanted}; lower --rps or --duration, or use synthetic arrivals")
+    if wanted == n:
+        # The whole trace fills the window: its (n+1)-th arrival, one mean inter-arrival time after the
+        # last, is the one put at duration_s.
+        return duration_s / (a[-1] * n / (n - 1))
     if a[wanted] <= 0:
         raise WorkloadError(f"{source or 'trace'}: the first {wanted + 1} arrivals share one timestamp")
     return duration_s / a[wanted]
@@ -48,6 +52,11 @@ def rescale(w: Workload, rps: float, duration_s: float | None = None) -> Workloa
     """Scale all inter-arrival times of ``w`` by one constant so it runs at ``rps`` (see rescale_factor)."""
     factor = rescale_factor(w.arrival_s, rps, duration_s, w.source)
     a = (w.arrival_s - w.arrival_s[0]) * factor
+    if duration_s is not None:
+        # a[wanted] * factor == duration_s in exact arithmetic; keep rounding from pulling it (and any
+        # arrival after it) into the window [0, duration_s).
+        wanted = int(round(rps * duration_s))
+        a[wanted:] = np.maximum(a[wanted:], float(duration_s))
     note = f"arrivals rescaled by x{factor:.6g} (inter-arrival times) to {rps:g} req/s" + (
         f" over the first {duration_s:g} s" if duration_s is not None else " over the whole trace")
     span = float(a[-1]) if duration_s is None else w.duration_s
