@@ -1,0 +1,26 @@
+"""`bench sim` options that set the twin's KV capacity explicitly."""
+
+import json
+
+from click.testing import CliRunner
+
+from superinfer.cli import main
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_bench_sim_hbm_and_dram_blocks(tmp_path):
+    out = tmp_path / "sim.json"
+    r = invoke("bench", "sim", "--workload", "sharegpt", "--rps", "4", "--duration", "3", "--policies", "vllm,lvf",
+               "--seeds", "1", "--workers", "1", "--hbm-blocks", "96", "--dram-blocks", "300", "--json", str(out))
+    assert r.exit_code == 0, r.output
+    runs = {x["policy"]: x for x in json.loads(out.read_text())["runs"]}
+    assert runs["vllm"]["hbm_blocks"] == runs["lvf"]["hbm_blocks"] == 96
+    assert runs["lvf"]["dram_blocks"] == 300 and runs["vllm"]["dram_blocks"] == 0
+    assert max(x["max_hbm_blocks_used"] for x in runs.values()) <= 96
+    r = invoke("bench", "sim", "--hbm-blocks", "0", "--rps", "1", "--duration", "1")
+    assert r.exit_code == 2 and "--hbm-blocks" in r.output
+    r = invoke("bench", "sim", "--dram-blocks", "10", "--dram-gib", "1", "--rps", "1", "--duration", "1")
+    assert r.exit_code == 2 and "at most one of --dram-gib and --dram-blocks" in r.output
