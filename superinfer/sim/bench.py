@@ -25,7 +25,7 @@ class RunSpec:
     """Everything one simulated run needs, picklable."""
 
     policy: str
-    rps: float
+    rps: float | None  # None: only with arrival "trace", keep the trace's own arrival times
     seed: int
     workload: str = "chat"
     arrival: str = "poisson"
@@ -72,7 +72,7 @@ def run_one(spec: RunSpec) -> dict:
                     tenants=tenants, hbm_blocks=spec.hbm_blocks, dram_blocks=dram_blocks, drain_s=spec.drain_s, sjf_noise=spec.sjf_noise,
                     seed=spec.seed)
     trace = Simulator(w, cm, cfg).run()
-    out = {"policy": spec.policy, "rps": spec.rps, "seed": spec.seed}
+    out = {"policy": spec.policy, "rps": spec.rps if spec.rps is not None else round(w.rate_rps, 6), "seed": spec.seed}
     if spec.variant:
         out["variant"] = spec.variant
     out.update(run_metrics(trace, tenants, w.duration_s or spec.duration_s))
@@ -89,5 +89,5 @@ def run_grid(specs: list[RunSpec], workers: int | None = None) -> list[dict]:
         return list(pool.map(run_one, specs, chunksize=1))
 
 
-def grid(base: RunSpec, policies: list[str], rps: list[float], seeds: int, **overrides: object) -> list[RunSpec]:
+def grid(base: RunSpec, policies: list[str], rps: list[float | None], seeds: int, **overrides: object) -> list[RunSpec]:
     return [replace(base, policy=p, rps=r, seed=s, **overrides) for p in policies for r in rps for s in range(seeds)]

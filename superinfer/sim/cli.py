@@ -60,7 +60,7 @@ def _tenants(value: str | None, ttft: float, tbt: float) -> tuple[TenantTable, t
 @click.option("--arrival", default="poisson", show_default=True, help="poisson | gamma:<b> | hawkes[:n[:decay]] | trace")
 @click.option("--model", default="llama-3-8b", show_default=True)
 @click.option("--hardware", default="gh200", show_default=True)
-@click.option("--rps", default="35,40,45,50,55,60", show_default=True, help="Comma-separated request rates.")
+@click.option("--rps", default="35,40,45,50,55,60", show_default=True, help="Comma-separated request rates, or 'trace' with --arrival trace: the trace's own times, unscaled.")
 @click.option("--duration", default=120.0, show_default=True, type=click.FloatRange(min=1.0), help="Seconds of arrivals.")
 @click.option("--policies", default="vllm,vllm-offload,priority,sarathi,sjf,lvf,lvf-nooverlap", show_default=True)
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(1, 1000))
@@ -90,7 +90,12 @@ def bench_sim(**o: object) -> None:
     policies = _policies(str(o["policies"]))
     if o["dram_blocks"] is not None and o["dram_gib"] is not None:
         raise click.UsageError("give at most one of --dram-gib and --dram-blocks")
-    rps = _floats(str(o["rps"]), "--rps")
+    if str(o["rps"]).strip() == "trace":
+        if str(o["arrival"]) != "trace":
+            raise click.BadParameter("'trace' (keep the trace's arrival times) needs --arrival trace", param_hint="--rps")
+        rps: list[float | None] = [None]
+    else:
+        rps = list(_floats(str(o["rps"]), "--rps"))
     tenants, mix = _tenants(o["tenants"], float(o["ttft_slo"]), float(o["tbt_slo"]))  # type: ignore[arg-type]
     try:
         params = Params(alpha=float(o["alpha"]), delta_b=float(o["delta_b"]), delta_f=float(o["delta_f"]))

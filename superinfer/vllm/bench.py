@@ -15,8 +15,10 @@ requests (seed 0) as a Mooncake trace for the simulator twin.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +38,84 @@ def _requests(workload: str, arrival: str, rps: float, duration: float, seed: in
 
 
 def _unloaded(spec_kwargs: dict[str, Any], prompt_len: int, output_len: int, workdir: Path) -> tuple[float, float]:
-    """TTFT and mean TBT of one request alone on the stock engine (after a warm-up request)."""
+    """TTFT and mean TBT of one request alone on the stock engine: medians of 3 runs after a warm-up."""
     from superinfer.vllm.replay import EngineSpec, open_engine, replay
 
+    ttfts, tbts = [], []
     with open_engine(EngineSpec(policy="vllm", **spec_kwargs), workdir) as llm:
         p = [[(3 * j) % 400 + 3 for j in range(prompt_len)]]
         replay(llm, np.zeros(1), p, np.array([output_len]), 1.0, 120.0)  # warm-up
-        r = replay(llm, np.zeros(1), p, np.array([output_len]), 1.0, 120.0)
-    ttft = float(r.t_first[0] - r.t_arr[0])
-    tbt = float(np.mean(r.gaps)) if r.gaps else ttft
-    return ttft, tbt
+        for _ in range(3):
+            r = replay(llm, np.zeros(1), p, np.array([output_len]), 1.0, 120.0)
+            ttfts.append(float(r.t_first[0] - r.t_arr[0]))
+            tbts.append(float(np.mean(r.gaps)) if r.gaps else ttfts[-1])
+    return float(np.median(ttfts)), float(np.median(tbts))
+
+
+def _busy_cpu_s() -> float | None:
+    """Non-idle CPU seconds of the whole host since boot (``/proc/stat``), or None off Linux."""
+    try:
+        with open("/proc/stat") as fh:
+            f = [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = f[3] + (f[4] if len(f) > 4 else 0)  # idle + iowait
+    return (sum(f[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+class HostLoad:
+    """How much CPU *other* processes used while a run was timed: host busy time minus this process's.
+
+    On a shared CPU host the engine's step times depend on it (two OpenMP threads on two cores slow
+    down many-fold when a third process competes), so every run records it next to its latencies.
+    """
+
+    def __init__(self) -> None:
+        self.host0, self.own0, self.wall0 = _busy_cpu_s(), _own_cpu_s(), time.monotonic()
+        self.load0 = os.getloadavg()[0]
+
+    def result(self) -> dict[str, float | None]:
+        wall = time.monotonic() - self.wall0
+        host1, own = _busy_cpu_s(), _own_cpu_s() - self.own0
+        other = None if host1 is None or self.host0 is None else max(0.0, host1 - self.host0 - own)
+        ncpu = os.cpu_count() or 1
+        return {"wall_s": round(wall, 3), "own_cpu_s": round(own, 3),
+                "other_cpu_s": None if other is None else round(other, 3),
+                "other_cpu_share": None if other is None or wall <= 0 else round(other / (wall * ncpu), 4),
+                "loadavg_1m_start": round(self.load0, 2), "loadavg_1m_end": round(os.getloadavg()[0], 2)}
+
+
+def _own_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def instrument_stock(sched: Any) -> dict[str, int]:
+    """Count resumes and recomputed tokens on a stock vLLM scheduler instance (its class is unchanged).
+
+    ``recomputed_tokens``: for each resumed request, the tokens whose KV existed when it was preempted
+    and that are computed again (what a prefix-cache hit restores is not counted), as RotaScheduler counts.
+    """
+    stats = {"resumed": 0, "recomputed_tokens": 0}
+    before: dict[str, int] = {}
+    preempt, schedule = sched._preempt_request, sched.schedule
+
+    def _preempt_request(request: Any, *args: Any, **kwargs: Any) -> Any:
+        before[request.request_id] = int(request.num_computed_tokens)
+        return preempt(request, *args, **kwargs)
+
+    def _schedule(*args: Any, **kwargs: Any) -> Any:
+        out = schedule(*args, **kwargs)
+        for rid in out.scheduled_cached_reqs.resumed_req_ids:
+            if rid not in before:
+                continue
+            start = int(sched.requests[rid].num_computed_tokens) - int(out.num_scheduled_tokens.get(rid, 0))
+            stats["resumed"] += 1
+            stats["recomputed_tokens"] += max(0, before.pop(rid) - start)
+        return out
+
+    sched._preempt_request, sched.schedule = _preempt_request, _schedule
+    return stats
 
 
 def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, float], workdir: Path) -> dict[str, Any]:
@@ -63,12 +133,26 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
                       max_num_batched_tokens=o["max_num_batched_tokens"], params=params,
                       host_blocks=o["host_blocks"])
     with open_engine(spec, workdir) as llm:
+        stock = instrument_stock(scheduler_of(llm)) if policy != "lvf" else None
+        load = HostLoad()
         r = replay(llm, arr, prompts, output, o["duration"], o["drain"])
+        host = load.result()
         counters: dict[str, int] = {"preemptions": r.preemptions}
-        if policy == "lvf":
+        engine = {"preemptions": r.preemptions, "rotations": 0, "forced_victims": 0, "resumed": 0,
+                  "recomputed_tokens": 0, "swap_ins": 0, "swap_in_blocks": 0, "swap_out_blocks": 0,
+                  "sync_blocks": 0, "recompute_fallbacks": 0, "fallback_tokens": 0}
+        if stock is not None:
+            engine.update(stock)
+        else:
             st = scheduler_of(llm).stats_dict()
-            counters.update(rotations=int(st["scheduler"].get("rotations", 0)),
-                            recompute_fallbacks=int(st.get("ledger", {}).get("recompute_fallbacks", 0)))
+            sc, led = st["scheduler"], st.get("ledger", {})
+            engine.update(rotations=int(sc.get("rotations", 0)), forced_victims=int(sc.get("forced_victims", 0)),
+                          resumed=int(sc.get("resumed", 0)), recomputed_tokens=int(sc.get("recomputed_tokens", 0)),
+                          swap_ins=int(led.get("loads", 0)), swap_in_blocks=int(led.get("swap_in_blocks", 0)),
+                          swap_out_blocks=int(led.get("swap_out_blocks", 0)), sync_blocks=int(led.get("sync_blocks", 0)),
+                          recompute_fallbacks=int(led.get("recompute_fallbacks", 0)),
+                          fallback_tokens=int(led.get("fallback_tokens", 0)))
+            counters.update(rotations=engine["rotations"], recompute_fallbacks=engine["recompute_fallbacks"])
     tenants = TenantTable([Tenant("default", ttft_slo, tbt_slo)])
     n = arr.shape[0]
     trace = to_trace(r, np.zeros(n, np.int64), np.zeros(len(r.gaps), np.int64), counters,
@@ -76,6 +160,11 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
     out = {"policy": policy, "rps": o["rps"], "seed": seed}
     out.update(run_metrics(trace, tenants, w.duration_s or o["duration"]))
     out["engine_steps"] = r.steps
+    out["unfinished"] = int(np.count_nonzero(np.isnan(r.t_end)))
+    out["engine_counters"] = engine
+    for k in ("resumed", "recomputed_tokens", "swap_ins", "swap_in_blocks", "swap_out_blocks"):
+        out[k] = engine[k]
+    out["host"] = host
     return out
 
 
@@ -103,6 +192,9 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
 @click.option("--max-model-len", default=512, show_default=True, type=click.IntRange(min=64))
 @click.option("--max-num-seqs", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--max-num-batched-tokens", default=2048, show_default=True, type=click.IntRange(min=1))
+@click.option("--threads", default=None, type=click.IntRange(min=1),
+              help="Engine CPU threads (torch.set_num_threads before the first engine; default: torch's). "
+                   "1 keeps a shared host's other load from stalling the OpenMP barriers of every step.")
 @click.option("--save-trace", default=None, type=click.Path(dir_okay=False), help="Write the seed-0 requests as Mooncake JSONL.")
 @click.option("--json", "json_path", default=None, help="Write the JSON here ('-' for stdout).")
 def bench_vllm(**o: Any) -> None:
@@ -128,6 +220,10 @@ def bench_vllm(**o: Any) -> None:
         o["model"] = str(build_tiny_llama(Path(o["build_tiny"])))
     else:
         o["model"] = str(o["model_dir"])
+    if o["threads"]:
+        import torch
+
+        torch.set_num_threads(int(o["threads"]))
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         _, arr, prompt, output, _ = _requests(o["workload"], o["arrival"], o["rps"], o["duration"], 0, o["max_model_len"])
@@ -144,13 +240,19 @@ def bench_vllm(**o: Any) -> None:
             measured = {"unloaded_ttft_s": u_ttft, "unloaded_tbt_s": u_tbt}
         slo = (o["ttft_slo"] or o["slo_scale"] * measured["unloaded_ttft_s"],  # type: ignore[index]
                o["tbt_slo"] or o["slo_scale"] * measured["unloaded_tbt_s"])  # type: ignore[index]
-        runs = [run_policy(p, s, o, slo, workdir) for s in range(o["seeds"]) for p in policies]
+        # Policies run one after another; the order rotates with the seed so that no policy always runs
+        # first (or last) on a host whose load drifts.
+        runs = [run_policy(policies[(k + s) % len(policies)], s, o, slo, workdir)
+                for s in range(o["seeds"]) for k in range(len(policies))]
+        runs.sort(key=lambda x: (x["seed"], policies.index(x["policy"])))
     result = {
         "command": "superinferd bench vllm " + " ".join(sys.argv[3:]),
         "config": {k: v for k, v in o.items() if k != "json_path"},
         "slo": {"ttft_slo_s": slo[0], "tbt_slo_s": slo[1], "measured": measured},
         "runs": runs,
         "summary": summarise(runs),
+        "engine_counters_mean": {p: {k: float(np.mean([x["engine_counters"][k] for x in runs if x["policy"] == p]))
+                                     for k in runs[0]["engine_counters"]} for p in policies},
     }
     text = json.dumps(result, indent=1)
     if o["json_path"] == "-":
@@ -159,11 +261,19 @@ def bench_vllm(**o: Any) -> None:
         Path(str(o["json_path"])).write_text(text + "\n")
     if o["json_path"] != "-":
         click.echo(f"SLOs: TTFT {slo[0]:.3f} s, TBT {slo[1]:.4f} s")
-        click.echo(f"{'policy':<14} {'TTFT att %':>20} {'TBT att %':>20} {'TTFT p90 s':>10} {'preempt':>8} {'rot':>6}")
+        click.echo(f"{'policy':<14} {'TTFT att %':>20} {'TBT att %':>20} {'TTFT p90 s':>10} {'preempt':>8} {'rot':>6} {'swap-in':>7} {'recomp tok':>10} {'other cpu':>9}")
         for r in result["summary"]:
             def ci(k: str) -> str:
                 m, (lo, hi) = r[k]["mean"], r[k]["ci95"]
                 return f"{100 * m:5.1f} [{100 * lo:5.1f},{100 * hi:5.1f}]"
-            p90 = np.mean([x["ttft_p90_s"] for x in runs if x["policy"] == r["policy"]])
+            mine = [x for x in runs if x["policy"] == r["policy"]]
+            p90 = np.mean([x["ttft_p90_s"] for x in mine])
+
+            def mean(k: str, mine: list[dict[str, Any]] = mine) -> float:
+                if k == "other":
+                    vals = [x["host"]["other_cpu_share"] for x in mine if x["host"]["other_cpu_share"] is not None]
+                    return float(np.mean(vals)) if vals else float("nan")
+                return float(np.mean([x[k] for x in mine]))
             click.echo(f"{r['policy']:<14} {ci('ttft_attainment'):>20} {ci('tbt_attainment'):>20} {p90:>10.3f} "
-                       f"{r['preemptions']['mean']:>8.0f} {r['rotations']['mean']:>6.0f}")
+                       f"{r['preemptions']['mean']:>8.0f} {r['rotations']['mean']:>6.0f} "
+                       f"{mean('swap_ins'):>7.0f} {mean('recomputed_tokens'):>10.0f} {mean('other'):>9.2f}")

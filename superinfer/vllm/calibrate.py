@@ -135,9 +135,11 @@ def robust_fit(samples: list[Any], *, spike: float = 2.5, rounds: int = 4) -> tu
 @click.option("--block-size", default=32, show_default=True, type=click.IntRange(min=1))
 @click.option("--max-model-len", default=512, show_default=True, type=click.IntRange(min=64))
 @click.option("--repeats", default=2, show_default=True, type=click.IntRange(1, 20))
+@click.option("--threads", default=None, type=click.IntRange(min=1),
+              help="Engine CPU threads (torch.set_num_threads first); match what `bench vllm --threads` used.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 def calibrate(model_dir: str | None, build_tiny: str | None, output: str, label: str | None, hardware: str,
-              block_size: int, max_model_len: int, repeats: int, as_json: bool) -> None:
+              block_size: int, max_model_len: int, repeats: int, threads: int | None, as_json: bool) -> None:
     """Measure engine step times on this vLLM engine and write a simulator calibration file."""
     from superinfer.sim.calibration import Calibration, fit, save
     from superinfer.vllm.compat import check_vllm_version
@@ -152,6 +154,10 @@ def calibrate(model_dir: str | None, build_tiny: str | None, output: str, label:
         from superinfer.vllm.tiny import build_tiny_llama
 
         model_dir = str(build_tiny_llama(Path(build_tiny)))
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
     samples = measure(str(model_dir), block_size=block_size, max_model_len=max_model_len, repeats=repeats)
     if len(samples) < 10:
         raise click.ClickException(f"only {len(samples)} engine steps measured; cannot fit a calibration")

@@ -24,3 +24,17 @@ def test_bench_sim_hbm_and_dram_blocks(tmp_path):
     assert r.exit_code == 2 and "--hbm-blocks" in r.output
     r = invoke("bench", "sim", "--dram-blocks", "10", "--dram-gib", "1", "--rps", "1", "--duration", "1")
     assert r.exit_code == 2 and "at most one of --dram-gib and --dram-blocks" in r.output
+
+
+def test_bench_sim_replays_a_trace_at_its_own_times(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    rows = [{"timestamp": t, "input_length": 40, "output_length": 8} for t in (0, 700, 1300, 2900)]
+    trace.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "sim.json"
+    r = invoke("bench", "sim", "--workload", f"mooncake:{trace}", "--arrival", "trace", "--rps", "trace",
+               "--duration", "4", "--policies", "vllm", "--seeds", "1", "--workers", "1", "--json", str(out))
+    assert r.exit_code == 0, r.output
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["arrived"] == 4 and run["rps"] == 1.0
+    r = invoke("bench", "sim", "--rps", "trace", "--duration", "1")
+    assert r.exit_code == 2 and "needs --arrival trace" in r.output
