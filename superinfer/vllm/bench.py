@@ -128,10 +128,13 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
     ttft_slo, tbt_slo = slo
     params = {"ttft_slo": ttft_slo, "tbt_slo": tbt_slo, "alpha": o["alpha"], "delta_b": o["delta_b"],
               "delta_f": o["delta_f"], "b_xfer": o["b_xfer"]}
+    for k in ("min_residency", "max_rotations"):
+        if o.get(k) is not None:
+            params[k] = o[k]
     spec = EngineSpec(model=o["model"], policy=policy, num_blocks=o["num_blocks"], block_size=o["block_size"],
                       max_model_len=o["max_model_len"], max_num_seqs=o["max_num_seqs"],
                       max_num_batched_tokens=o["max_num_batched_tokens"], params=params,
-                      host_blocks=o["host_blocks"])
+                      host_blocks=o["host_blocks"], load=o.get("load"))
     with open_engine(spec, workdir) as llm:
         stock = instrument_stock(scheduler_of(llm)) if policy != "lvf" else None
         load = HostLoad()
@@ -185,9 +188,15 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
 @click.option("--alpha", default=3.0, show_default=True, type=float)
 @click.option("--delta-b", default=0.0, show_default=True, type=float)
 @click.option("--delta-f", default=0.0, show_default=True, type=float)
+@click.option("--min-residency", default=None, type=click.IntRange(min=0),
+              help="lvf: steps after a swap-in before a discretionary rotation (default: the params default).")
+@click.option("--max-rotations", default=None, type=click.IntRange(min=0),
+              help="lvf: discretionary rotations per request (default: the params default).")
 @click.option("--b-xfer", default=64, show_default=True, type=click.IntRange(min=0))
 @click.option("--num-blocks", default=64, show_default=True, type=click.IntRange(min=2), help="KV blocks (pressure).")
 @click.option("--host-blocks", default=4096, show_default=True, type=click.IntRange(min=1))
+@click.option("--load", default=None, type=click.Choice(["sync", "async"]),
+              help="lvf: DuplexKVConnector loads of parked KV (default: the connector's).")
 @click.option("--block-size", default=32, show_default=True, type=click.IntRange(min=1))
 @click.option("--max-model-len", default=512, show_default=True, type=click.IntRange(min=64))
 @click.option("--max-num-seqs", default=64, show_default=True, type=click.IntRange(min=1))

@@ -4,14 +4,15 @@ Load it with::
 
     --kv-transfer-config '{"kv_connector": "DuplexKVConnector",
                            "kv_connector_module_path": "superinfer.vllm", "kv_role": "kv_both",
-                           "kv_connector_extra_config": {"host_blocks": 4096, "load": "async"}}'
+                           "kv_connector_extra_config": {"host_blocks": 4096}}'
 
 vLLM builds two instances: role SCHEDULER (inside the scheduler, :mod:`superinfer.vllm.ledger`) and role
 WORKER (next to the KV tensors, :mod:`superinfer.vllm.kvworker`). They share nothing but the per-step
 metadata (:mod:`superinfer.vllm.kvmeta`), so the same code works in-process and under ``vllm serve``.
 
 Extra config keys (all optional): ``host_blocks`` (host pool size in KV blocks; default 4x the device
-blocks), ``load`` (``"async"``, the default, or ``"sync"``), ``backend`` (DuplexKV copy backend,
+blocks), ``load`` (``"async"`` or ``"sync"``; default ``"sync"`` on a CPU engine, ``"async"`` elsewhere, see
+:func:`default_load`), ``backend`` (DuplexKV copy backend,
 ``auto``), ``params_file`` (see :mod:`superinfer.vllm.params`).
 
 Use it with :class:`superinfer.vllm.RotaScheduler`: the scheduler plans the eager syncs (within
@@ -44,6 +45,19 @@ def connector_extra(vllm_config: Any) -> dict[str, Any]:
     return dict(getattr(ktc, "kv_connector_extra_config", None) or {})
 
 
+def default_load(vllm_config: Any) -> str:
+    """``"sync"`` when the KV cache lives in host memory (CPU engine), else ``"async"``.
+
+    On CPU there is no DMA engine to overlap with: an asynchronous load runs on DuplexKV's Python copy thread,
+    which competes for the GIL with the engine loop. That loop spins through empty steps while the loaded
+    request waits in ``WAITING_FOR_REMOTE_KVS`` holding its blocks, so each copy op waits up to a GIL switch
+    interval (5 ms) and a load took up to 5 s in ``bench vllm`` (58,210 of 59,340 steps empty). A synchronous
+    load is waited for before the forward and the request runs in the same step.
+    """
+    device = getattr(getattr(vllm_config, "device_config", None), "device_type", None)
+    return "sync" if str(device or "").startswith("cpu") else "async"
+
+
 class DuplexKVConnector(KVConnectorBase_V1):
     """Eager sync of full blocks, tail-only parking on preemption, lossless resume (see module doc)."""
 
@@ -54,7 +68,7 @@ class DuplexKVConnector(KVConnectorBase_V1):
         if unknown:
             raise ValueError(f"DuplexKVConnector: unknown kv_connector_extra_config key(s) {sorted(unknown)}; "
                              f"known: {sorted(_EXTRA_KEYS)}")
-        load = extra.get("load", "async")
+        load = extra.get("load", default_load(vllm_config))
         if load not in ("async", "sync"):
             raise ValueError(f"DuplexKVConnector: load must be 'async' or 'sync', got {load!r}")
         device_blocks = int(getattr(kv_cache_config, "num_blocks", 0) or 0)

@@ -80,3 +80,14 @@ def test_ledger_tail_only_parking_and_fallback() -> None:
     led.finished("a")
     led.finished("b")
     assert led.free == led.capacity and led.build_meta().drops == ["a", "b"]
+
+
+def test_connector_default_load_is_sync_on_cpu() -> None:
+    """On a CPU engine async loads only add empty steps (the copy thread competes with the engine loop)."""
+    from types import SimpleNamespace
+
+    from superinfer.vllm.connector import default_load
+
+    assert default_load(SimpleNamespace(device_config=SimpleNamespace(device_type="cpu"))) == "sync"
+    assert default_load(SimpleNamespace(device_config=SimpleNamespace(device_type="cuda"))) == "async"
+    assert default_load(SimpleNamespace()) == "async"
