@@ -88,7 +88,6 @@ class EngineState:
         self._free_rows: list[int] = list(range(self._cap - 1, -1, -1))
         self._live = np.zeros(self._cap, np.bool_)
         self._live_rows: np.ndarray | None = None
-        self.max_rotations_seen = 0
 
     # ---- table plumbing ----------------------------------------------------------------------
     def _grow(self, new_cap: int) -> None:
@@ -231,7 +230,6 @@ class EngineState:
                     c.recompute_fallbacks += 1
             self.phase[r] = Phase.ROTARY if self.outputs[r] > 0 else Phase.WAITING
             self.rotations[r] += 1
-            self.max_rotations_seen = max(self.max_rotations_seen, int(self.rotations[r]))
             self.residency[r] = 0
             c.preemptions += 1
             if self.blocks_dram[r] > 0:

@@ -166,7 +166,6 @@ COUNT_COLUMNS = (  # integers that can never be negative
 )
 INT_COLUMNS = ("req_id", "tenant", "priority") + COUNT_COLUMNS
 FLOAT_COLUMNS = ("t_arr", "t_last", "t_run", "pred_remaining")
-_INT_COLUMNS, _FLOAT_COLUMNS = INT_COLUMNS, FLOAT_COLUMNS
 
 
 @dataclass
@@ -230,9 +229,9 @@ class Snapshot:
                 raw = defaults[f.name]
             else:
                 raise ValueError(f"snapshot: column {f.name} is required")
-            if f.name in _INT_COLUMNS:
+            if f.name in INT_COLUMNS:
                 dtype = np.int64
-            elif f.name in _FLOAT_COLUMNS:
+            elif f.name in FLOAT_COLUMNS:
                 dtype = np.float64
             elif f.name == "phase":
                 dtype = np.int8

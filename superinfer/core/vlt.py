@@ -39,11 +39,6 @@ def rank_desc(vlt: np.ndarray, t_arr: np.ndarray, req_id: np.ndarray) -> np.ndar
     return np.lexsort((req_id, t_arr, -vlt))
 
 
-def rank_asc(vlt: np.ndarray, t_arr: np.ndarray, req_id: np.ndarray) -> np.ndarray:
-    """The tail of the ranking first: the exact reverse of :func:`rank_desc`."""
-    return rank_desc(vlt, t_arr, req_id)[::-1]
-
-
 def top_rows(key: np.ndarray, rows: np.ndarray, k: int, tie1: np.ndarray, tie2: np.ndarray) -> np.ndarray:
     """The ``k`` rows (of ``rows``) with the largest ``key``, sorted by (key desc, tie1, tie2).
 
