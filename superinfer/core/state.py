@@ -213,8 +213,10 @@ class EngineState:
         self.synced[r] = synced
         self.syncing[r] = self.ledger.syncing.get(int(self.req_id[r]), 0)
 
-    def apply(self, plan: Plan, now: float, *, lossless_victims: bool = False) -> Moves:
-        """Move blocks as ``plan`` says. ``lossless_victims``: count dropped KV as a recompute fallback."""
+    def apply(self, plan: Plan, now: float, *, lossless_victims: bool = False,
+              rows: np.ndarray | None = None) -> Moves:
+        """Move blocks as ``plan`` says. ``lossless_victims``: count dropped KV as a recompute fallback.
+        ``rows``: ``rows_of(plan.sched_ids)`` if the caller already has it (as for :meth:`advance`)."""
         moves = Moves()
         led, bs, c = self.ledger, self.block_size, self.counters
         row = self._row
@@ -253,7 +255,7 @@ class EngineState:
             led.grow(rid, n)
             self.blocks_hbm[r] += n
         if plan.sched_ids.shape[0]:
-            rows = self.rows_of(plan.sched_ids)
+            rows = self.rows_of(plan.sched_ids) if rows is None else rows
             joined = rows[self.phase[rows] != Phase.RUNNING]
             self.phase[joined] = Phase.RUNNING
             self.t_run[joined] = now

@@ -155,8 +155,8 @@ class Simulator:
         st, cm, cfg = self.state, self.cm, self.cfg
         cap = st.capacity(self.b_xfer, cfg.max_num_batched_tokens, cfg.max_num_seqs)
         plan = self.policy.plan(st.snapshot(), cap, cfg.params, cfg.tenants, now, validate=False)
-        moves = st.apply(plan, now, lossless_victims=self.lossless)
-        rows = st.rows_of(plan.sched_ids)
+        rows = st.rows_of(plan.sched_ids)  # shared by apply, the cost model and advance
+        moves = st.apply(plan, now, lossless_victims=self.lossless, rows=rows)
         tokens = plan.sched_tokens
         computed = st.num_computed[rows]
         decode = (tokens == 1) & (st.outputs[rows] > 0)
