@@ -6,7 +6,7 @@ Imports neither torch nor vLLM. Engine adapters (``superinfer.sim``, ``superinfe
 
 from superinfer.core.blocks import BlockPool, KVLedger, PoolExhausted
 from superinfer.core.budget import b_xfer_blocks
-from superinfer.core.policies import POLICIES, Policy, get_policy, ranking
+from superinfer.core.policies import ENGINE_POLICIES, POLICIES, Policy, core_policy_name, get_policy, ranking
 from superinfer.core.state import EngineState, Finished, Moves
 from superinfer.core.types import (
     PARAM_BOUNDS,
@@ -22,6 +22,7 @@ from superinfer.core.types import (
 from superinfer.core.vlt import compute_vlt
 
 __all__ = [
+    "ENGINE_POLICIES",
     "PARAM_BOUNDS",
     "POLICIES",
     "BlockPool",
@@ -41,6 +42,7 @@ __all__ = [
     "VictimMode",
     "b_xfer_blocks",
     "compute_vlt",
+    "core_policy_name",
     "get_policy",
     "ranking",
 ]

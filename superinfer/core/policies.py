@@ -171,6 +171,17 @@ POLICIES: dict[str, Policy] = {
     "lvf": Policy(LVF, fallback=_LVF_FALLBACK),
 }
 ALIASES = {"vllm": "fcfs"}
+#: Names an engine accepts: the core's policies plus variants of the engine around them (``vllm`` is
+#: ``fcfs``; ``lvf-nooverlap`` is ``lvf`` on a transfer engine without overlap or duplex).
+ENGINE_POLICIES = ("vllm", "fcfs", "vllm-offload", "priority", "sarathi", "sjf", "lvf", "lvf-nooverlap")
+ENGINE_ALIASES = {**ALIASES, "lvf-nooverlap": "lvf"}
+
+
+def core_policy_name(engine_policy: str) -> str:
+    """The core policy behind an engine policy name (``vllm`` -> ``fcfs``)."""
+    if engine_policy not in ENGINE_POLICIES:
+        raise ValueError(f"policy: unknown policy {engine_policy!r}; valid: {', '.join(ENGINE_POLICIES)}")
+    return ENGINE_ALIASES.get(engine_policy, engine_policy)
 
 
 def get_policy(name: str) -> Policy:
