@@ -9,6 +9,7 @@ from superinfer.core.budget import b_xfer_blocks
 from superinfer.core.policies import ENGINE_POLICIES, POLICIES, Policy, core_policy_name, get_policy, ranking
 from superinfer.core.state import EngineState, Finished, Moves
 from superinfer.core.types import (
+    FRESH_RESIDENCY,
     PARAM_BOUNDS,
     Capacity,
     Params,
@@ -18,11 +19,13 @@ from superinfer.core.types import (
     Tenant,
     TenantTable,
     VictimMode,
+    rank_order,
 )
 from superinfer.core.vlt import compute_vlt
 
 __all__ = [
     "ENGINE_POLICIES",
+    "FRESH_RESIDENCY",
     "PARAM_BOUNDS",
     "POLICIES",
     "BlockPool",
@@ -44,5 +47,6 @@ __all__ = [
     "compute_vlt",
     "core_policy_name",
     "get_policy",
+    "rank_order",
     "ranking",
 ]

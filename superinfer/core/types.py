@@ -40,6 +40,16 @@ class VictimMode(IntEnum):
     RECOMPUTE = 1  # some or all of its KV is dropped and will be recomputed
 
 
+#: ``residency`` of a request that was never swapped in: no minimum-residency guard applies to it.
+FRESH_RESIDENCY = 1 << 30
+
+
+def rank_order(vlt: np.ndarray, t_arr: np.ndarray, req_id: np.ndarray) -> np.ndarray:
+    """The one ranking key of the project: order by VLT descending, ties to the earlier arrival, then
+    the smaller id. Returns the permutation (``np.lexsort``), so callers index any parallel array."""
+    return np.lexsort((req_id, t_arr, -vlt))
+
+
 def blocks_for(tokens: np.ndarray | int, block_size: int) -> np.ndarray | int:
     """Blocks needed to hold ``tokens`` tokens of KV."""
     return (tokens + block_size - 1) // block_size
@@ -212,7 +222,7 @@ class Snapshot:
             "synced": 0,
             "syncing": 0,
             "h2d_pending": 0,
-            "residency": 1 << 30,
+            "residency": FRESH_RESIDENCY,
             "rotations": 0,
             "priority": 0,
             "pred_remaining": 0.0,
@@ -300,7 +310,7 @@ class Plan:
 
     def ranking(self, top: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(request ids, VLT), largest VLT first; ties to the earlier arrival, then the smaller id."""
-        order = np.lexsort((self.vlt_ids, self.vlt_t_arr, -self.vlt_values))
+        order = rank_order(self.vlt_values, self.vlt_t_arr, self.vlt_ids)
         if top is not None:
             order = order[:top]
         return self.vlt_ids[order], self.vlt_values[order]

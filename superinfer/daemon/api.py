@@ -11,22 +11,40 @@ handler answers 500 without stopping the daemon.
 from __future__ import annotations
 
 import hmac
+import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from superinfer import __version__
+from superinfer.daemon.backends.base import Backend, Host
 from superinfer.daemon.httputil import HttpError, error, json_body
 from superinfer.daemon.metrics import CONTENT_TYPE_LATEST
 from superinfer.daemon.params import BOUNDS, ParamError
+from superinfer.daemon.wire import STATE_SCHEMA_VERSION
 
-if TYPE_CHECKING:
-    from superinfer.daemon.server import Daemon
 
-STATE_SCHEMA_VERSION = 1
+class ControlHost(Host, Protocol):
+    """What the control API uses of the daemon: the backend's :class:`Host` view plus the backend itself,
+    the API token, the logger, and the health and state documents.
+    :class:`superinfer.daemon.server.Daemon` satisfies it structurally (this module does not import the
+    server)."""
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def token(self) -> str: ...
+
+    @property
+    def log(self) -> logging.Logger: ...
+
+    def health(self) -> str: ...
+
+    def state(self) -> dict[str, Any]: ...
 
 
 class ParamsUpdate(BaseModel):
@@ -48,7 +66,8 @@ def _authorized(request: Request, token: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
 
 
-def build_app(daemon: "Daemon") -> FastAPI:
+def build_app(daemon: ControlHost) -> FastAPI:
+    """The control API of ``daemon`` with its backend's routes added."""
     app = FastAPI(title="superinferd control API", version=__version__,
                   description="State, live parameters and metrics of one superinferd. "
                               "Field names are stable (schema version %d); see docs/daemon.md." % STATE_SCHEMA_VERSION)

@@ -11,10 +11,14 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from superinfer.daemon.backends.base import TENANT_XARG
+from superinfer.daemon.wire import TENANT_XARG, XARGS_FIELD
+
+_TENANT_PARAM = f"{XARGS_FIELD}.{TENANT_XARG}"  # where an error about the tenant points
 
 
 class HttpError(Exception):
+    """An HTTP error answer raised from a handler; :meth:`response` renders it in the shape above."""
+
     def __init__(self, status: int, message: str, type_: str = "invalid_request_error", **extra: Any) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.extra = status, message, type_, extra
@@ -41,19 +45,19 @@ async def json_body(request: Request) -> Any:
 def resolve_tenant(body: dict[str, Any], names: dict[str, int], default: str, unknown: str) -> str:
     """The tenant a request runs as: ``vllm_xargs.tenant``, else the default tenant. An unknown name is
     served as the default tenant (``unknown == "default"``) or refused with 400 (``"reject"``)."""
-    xargs = body.get("vllm_xargs")
+    xargs = body.get(XARGS_FIELD)
     if xargs is None:
         return default
     if not isinstance(xargs, dict):
-        raise HttpError(400, "vllm_xargs must be an object", param="vllm_xargs")
+        raise HttpError(400, f"{XARGS_FIELD} must be an object", param=XARGS_FIELD)
     tenant = xargs.get(TENANT_XARG)
     if tenant is None:
         return default
     if not isinstance(tenant, str):
-        raise HttpError(400, f"vllm_xargs.{TENANT_XARG} must be a string", param=f"vllm_xargs.{TENANT_XARG}")
+        raise HttpError(400, f"{_TENANT_PARAM} must be a string", param=_TENANT_PARAM)
     if tenant in names:
         return tenant
     if unknown == "reject":
         raise HttpError(400, f"unknown tenant {tenant!r}; this profile serves {sorted(names)}",
-                        param=f"vllm_xargs.{TENANT_XARG}")
+                        param=_TENANT_PARAM)
     return default

@@ -1,27 +1,69 @@
-"""What the server needs from an engine backend, and the pieces both backends share."""
+"""What the server needs from an engine backend (:class:`Backend`), and what a backend may use of the
+server (:class:`Host`).
+
+Dependencies point one way: the server imports the backends; a backend sees the daemon only through
+:class:`Host`, which :class:`superinfer.daemon.server.Daemon` satisfies structurally (this module does not
+import the server, not even for type checking).
+"""
 
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from superinfer.daemon.server import Daemon
+    from superinfer.daemon.config import Config
+    from superinfer.daemon.metrics import DaemonMetrics
+    from superinfer.daemon.params import ParamStore
+    from superinfer.daemon.stats import SloWindow
 
-#: the key of ``vllm_xargs`` (vLLM: ``sampling_params.extra_args``) that names the request's tenant
-TENANT_XARG = "tenant"
+
+class Host(Protocol):
+    """Everything a backend uses of the daemon that runs it; all read-only for the backend.
+
+    ``cfg`` the effective configuration (``get``, ``d``, ``tenants``); ``store`` the live params (backends
+    read ``params()``, ``values`` and ``path``; changes arrive through :meth:`Backend.on_params`);
+    ``metrics`` the Prometheus families the backend records into; ``slo`` the per-tenant SLO windows
+    behind ``/v1/state``; ``ready`` is True once :meth:`Backend.start` returned; ``draining`` is True from
+    the first shutdown signal on (the backend refuses new requests from then on).
+    """
+
+    @property
+    def cfg(self) -> Config: ...
+
+    @property
+    def store(self) -> ParamStore: ...
+
+    @property
+    def metrics(self) -> DaemonMetrics: ...
+
+    @property
+    def slo(self) -> SloWindow: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def draining(self) -> bool: ...
 
 
 class Backend(abc.ABC):
-    """One engine. Lifecycle: ``__init__`` (cheap, validates) -> :meth:`start` -> serving ->
-    :meth:`stop_admission` -> :meth:`drain` -> :meth:`close`. ``beat`` is ``time.monotonic()`` of the
-    engine loop's last turn; the watchdog only pings systemd while it is fresh."""
+    """One engine. Lifecycle: ``__init__`` (cheap, validates; raises ``ValueError`` or
+    :class:`~superinfer.daemon.errors.StartError`) -> :meth:`start` -> serving -> :meth:`stop_admission`
+    -> :meth:`drain` -> :meth:`close`.
+
+    Invariants the server relies on: ``beat`` is ``time.monotonic()`` of the engine loop's last turn (the
+    watchdog pings systemd only while it is fresh); ``crashed`` stays None while the engine loop lives and
+    is set once, from any thread, to the exception that ended it (the daemon then reports ``failed`` and
+    exits 1); it is never reset.
+    """
 
     name: str = ""
     simulation: bool = False
     beat: float = 0.0
+    crashed: BaseException | None = None
 
     @abc.abstractmethod
     def model_name(self) -> str: ...
@@ -35,10 +77,13 @@ class Backend(abc.ABC):
         return None
 
     @abc.abstractmethod
-    async def start(self, daemon: "Daemon") -> None: ...
+    async def start(self, host: Host) -> None:
+        """Start the engine; returns once it serves. Raises :class:`~superinfer.daemon.errors.StartError`
+        (its ``code`` becomes the exit status) when it cannot."""
 
     @abc.abstractmethod
-    def register_routes(self, app: "FastAPI", daemon: "Daemon") -> None: ...
+    def register_routes(self, app: FastAPI, host: Host) -> None:
+        """Add the backend's OpenAI routes to the control API's app (before the server listens)."""
 
     @abc.abstractmethod
     def engine_state(self) -> dict[str, Any]: ...

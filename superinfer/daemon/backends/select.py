@@ -8,6 +8,7 @@ from pathlib import Path
 
 from superinfer.daemon.backends.base import Backend
 from superinfer.daemon.config import Config
+from superinfer.daemon.errors import StartError
 
 log = logging.getLogger("superinfer.daemon")
 
@@ -40,8 +41,7 @@ def vllm_unavailable(cfg: Config) -> str | None:
 
 
 def select_backend(cfg: Config) -> Backend:
-    from superinfer.daemon.server import StartError
-
+    """The backend for ``--backend``; raises :class:`StartError` (code 2 for configuration problems)."""
     choice = cfg.d("backend")
     if choice in ("vllm", "auto"):
         reason = vllm_unavailable(cfg)

@@ -31,13 +31,15 @@ from typing import TYPE_CHECKING, Any
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from superinfer.daemon.backends.base import TENANT_XARG, Backend
+from superinfer.daemon.backends.base import Backend, Host
+from superinfer.daemon.errors import StartError
 from superinfer.daemon.httputil import HttpError, error, json_body, resolve_tenant
+from superinfer.daemon.wire import TENANT_XARG, XARGS_FIELD
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from superinfer.daemon.server import Daemon
+    from superinfer.daemon.config import Config
 
 log = logging.getLogger("superinfer.daemon")
 PROXIED = ("/v1/completions", "/v1/chat/completions")
@@ -75,7 +77,7 @@ class VllmBackend(Backend):
     name = "vllm"
     simulation = False
 
-    def __init__(self, cfg) -> None:
+    def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         g = cfg.get
         self.model_path = g("engine", "model_path")
@@ -92,8 +94,7 @@ class VllmBackend(Backend):
         self.num_blocks: int | None = None
         self._client = None
         self._monitor: asyncio.Task | None = None
-        self.daemon: Daemon | None = None
-        self.crashed: BaseException | None = None
+        self.host: Host | None = None
 
     def model_name(self) -> str:
         return self.served
@@ -124,17 +125,17 @@ class VllmBackend(Backend):
             cmd.append("--enforce-eager")
         return cmd
 
-    async def start(self, daemon: "Daemon") -> None:
+    async def start(self, host: Host) -> None:
         import httpx
 
-        self.daemon = daemon
-        port = daemon.cfg.d("engine_port") or free_port()
+        self.host = host
+        port = host.cfg.d("engine_port") or free_port()
         self.engine_url = f"http://127.0.0.1:{port}"
         env = dict(os.environ)
-        env["SUPERINFER_PARAMS_FILE"] = str(daemon.store.path)
+        env["SUPERINFER_PARAMS_FILE"] = str(host.store.path)
         if self.cfg.get("engine", "kv_cache_gib"):
             env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.cfg.get('engine', 'kv_cache_gib'):g}"
-        cmd = self.command(port, daemon.store.path)
+        cmd = self.command(port, host.store.path)
         log.info("starting vLLM on %s: %s", self.engine_url, " ".join(cmd))
         self.proc = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent)
         # Idle connections to the child expire before vLLM's uvicorn closes them (VLLM_HTTP_TIMEOUT_KEEP_ALIVE,
@@ -144,8 +145,6 @@ class VllmBackend(Backend):
                                          limits=httpx.Limits(max_connections=100, max_keepalive_connections=20,
                                                              keepalive_expiry=ENGINE_KEEPALIVE_S))
         deadline = time.monotonic() + self.cfg.get("engine", "startup_timeout_s")
-        from superinfer.daemon.server import StartError
-
         while True:
             self.beat = time.monotonic()  # loading is progress while the child lives
             if self.proc.poll() is not None:
@@ -186,14 +185,14 @@ class VllmBackend(Backend):
                     self.num_blocks = int(m.group(1))
             values[name] = values.get(name, 0.0) + (float(value) if value != "NaN" else 0.0)
         self.scraped = values
-        m = self.daemon.metrics
+        m = self.host.metrics
         m.queue.labels("waiting").set(values.get("vllm:num_requests_waiting", 0))
         m.queue.labels("running").set(values.get("vllm:num_requests_running", 0))
         if self.num_blocks:
             m.blocks_cap.labels("hbm").set(self.num_blocks)
             m.blocks_used.labels("hbm").set(round(values.get("vllm:kv_cache_usage_perc", 0.0) * self.num_blocks))
 
-    def register_routes(self, app: "FastAPI", daemon: "Daemon") -> None:
+    def register_routes(self, app: FastAPI, host: Host) -> None:
         backend = self
 
         @app.get("/v1/models", tags=["openai"])
@@ -209,30 +208,30 @@ class VllmBackend(Backend):
                 if not isinstance(body, dict):
                     raise HttpError(400, "expected a JSON object")
                 tenant = resolve_tenant(body, backend.tenant_index, backend.tenants[0].name,
-                                        daemon.cfg.get("slo", "unknown_tenant"))
+                                        host.cfg.get("slo", "unknown_tenant"))
             except HttpError as exc:
                 return exc.response()
-            if not daemon.ready or backend._client is None:
+            if not host.ready or backend._client is None:
                 return error(503, "engine is starting", "unavailable", headers={"Retry-After": "5"})
-            if not backend.admitting or daemon.draining:
+            if not backend.admitting or host.draining:
                 return error(503, "draining: the daemon is shutting down", "unavailable", headers={"Retry-After": "5"})
-            if backend._inflight >= daemon.cfg.get("engine", "max_inflight"):
-                daemon.metrics.rejected.labels(tenant, "overloaded").inc()
+            if backend._inflight >= host.cfg.get("engine", "max_inflight"):
+                host.metrics.rejected.labels(tenant, "overloaded").inc()
                 return error(503, "overloaded: too many requests in flight", "unavailable", headers={"Retry-After": "1"})
-            xargs = dict(body.get("vllm_xargs") or {})
+            xargs = dict(body.get(XARGS_FIELD) or {})
             xargs[TENANT_XARG] = tenant
-            body["vllm_xargs"] = xargs
+            body[XARGS_FIELD] = xargs
             return await backend._forward(request.url.path, body, tenant)
 
         for path in PROXIED:
             app.add_api_route(path, proxy, methods=["POST"], tags=["openai"],
-                              summary=f"vLLM {path} (proxied; tenant from vllm_xargs.{TENANT_XARG})")
+                              summary=f"vLLM {path} (proxied; tenant from {XARGS_FIELD}.{TENANT_XARG})")
 
     async def _forward(self, path: str, body: dict, tenant: str) -> Response:
         import httpx
 
-        d = self.daemon
-        m = d.metrics
+        h = self.host
+        m = h.metrics
         slo = self.tenants[self.tenant_index[tenant]]
         self._inflight += 1
         self.counts["arrived"] += 1
@@ -268,7 +267,7 @@ class VllmBackend(Backend):
                                 ttft = now - t0
                                 ok = ttft <= slo.ttft_slo
                                 m.observe_first_token(tenant, ttft, ok)
-                                d.slo.first_token(tenant, ttft, ok)
+                                h.slo.first_token(tenant, ttft, ok)
                             else:
                                 gaps.append(now - last)
                                 m.t_gap[tenant].observe(now - last)
@@ -280,8 +279,8 @@ class VllmBackend(Backend):
                 if outcome == "finished":
                     mean = sum(gaps) / len(gaps) if gaps else 0.0
                     m.observe_finished(tenant, mean <= slo.tbt_slo)
-                    d.slo.finished(tenant, mean, mean <= slo.tbt_slo)
-                    d.slo.gaps(tenant, gaps)
+                    h.slo.finished(tenant, mean, mean <= slo.tbt_slo)
+                    h.slo.gaps(tenant, gaps)
                 self._done(outcome)
 
         return StreamingResponse(stream(), media_type="text/event-stream")
