@@ -7,7 +7,8 @@ Imports neither torch nor vLLM. Engine adapters (``superinfer.sim``, ``superinfe
 from superinfer.core.blocks import BlockPool, KVLedger, PoolExhausted
 from superinfer.core.budget import b_xfer_blocks
 from superinfer.core.policies import ENGINE_POLICIES, POLICIES, Policy, core_policy_name, get_policy, ranking
-from superinfer.core.state import EngineState, Finished, Moves
+from superinfer.core.state import EngineState, Finished, Moves, Sampled
+from superinfer.core.table import RequestTable
 from superinfer.core.types import (
     FRESH_RESIDENCY,
     PARAM_BOUNDS,
@@ -39,6 +40,8 @@ __all__ = [
     "Plan",
     "Policy",
     "PoolExhausted",
+    "RequestTable",
+    "Sampled",
     "Snapshot",
     "Tenant",
     "TenantTable",

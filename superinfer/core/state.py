@@ -1,15 +1,16 @@
-"""The engine-side state a policy plans over: a request table plus the KV ledger.
+"""The engine-side state a policy plans over: the core's request table plus the KV ledger.
 
 The simulator and the property tests drive a request through its life with four calls per iteration::
 
-    plan = policy.plan(state.snapshot(now), state.capacity(...), params, tenants, now)
+    plan = policy.plan(state.snapshot(), state.capacity(b_xfer, tokens, seqs), params, tenants, now)
     moves = state.apply(plan, now)           # blocks change hands; returns the copies to make
     ...                                      # the engine spends time computing and copying
-    state.complete_transfers()               # copies issued this iteration have finished
-    done = state.advance(plan, t_end)        # scheduled tokens computed; outputs sampled
+    state.complete_transfers(t_end)          # copies issued this iteration have finished
+    sampled = state.advance(plan, t_end)     # scheduled tokens computed; who sampled, who finished
 
-Columns are numpy arrays indexed by a row slot, so a snapshot of 10,000 live requests is a handful of
-fancy-index copies, not a Python loop. Invariants (``check()``): every request that ever arrived is
+The request columns and their state changes are :class:`~superinfer.core.table.RequestTable`'s (the
+vLLM plugin keeps the same table); this class adds the ledger that owns block counts, the counters and
+admission control. Invariants (``check()``): every request that ever arrived is
 live, finished or rejected-with-reason; live rows mirror the ledger's block counts; a request with
 computed tokens holds them in HBM or DRAM.
 """
@@ -21,11 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from superinfer.core.blocks import KVLedger
-from superinfer.core.types import FLOAT_COLUMNS, INT_COLUMNS, Capacity, Phase, Plan, Snapshot, blocks_for
-
-_I64 = INT_COLUMNS + ("num_prompt", "outputs", "target_output")
-_F64 = FLOAT_COLUMNS + ("t_first",)
-
+from superinfer.core.table import RequestTable
+from superinfer.core.types import Capacity, Phase, Plan, blocks_for
 
 @dataclass
 class Moves:
@@ -58,6 +56,30 @@ class Finished:
 
 
 @dataclass
+class Sampled:
+    """Who produced a token in one :meth:`EngineState.advance`, computed where the state changed.
+
+    ``ids``/``tenant``: every request that sampled; ``first_ids``/``first_ttft``/``first_tenant``: those
+    whose token was their first (TTFT = token time - arrival); ``gaps``/``gap_tenant``: the inter-token
+    gap of every other sampler; ``finished``: the requests that left with this token.
+    """
+
+    ids: np.ndarray
+    tenant: np.ndarray
+    first_ids: np.ndarray
+    first_ttft: np.ndarray
+    first_tenant: np.ndarray
+    gaps: np.ndarray
+    gap_tenant: np.ndarray
+    finished: list[Finished]
+
+    @classmethod
+    def none(cls) -> "Sampled":
+        i, f = np.zeros(0, np.int64), np.zeros(0)
+        return cls(i, i, i, f, i, f, i, [])
+
+
+@dataclass
 class Counters:
     arrived: int = 0
     finished: int = 0
@@ -71,58 +93,20 @@ class Counters:
     d2h_blocks: int = 0
 
 
-class EngineState:
-    """Request table and KV ledger for one engine."""
+class EngineState(RequestTable):
+    """The request table of one engine plus its KV ledger and counters."""
 
     def __init__(self, hbm_blocks: int, dram_blocks: int, block_size: int, *, grow: int = 1024) -> None:
         if block_size < 1:
             raise ValueError(f"block_size: must be >= 1, got {block_size}")
+        super().__init__(grow)
         self.block_size = block_size
         self.ledger = KVLedger(hbm_blocks, dram_blocks)
         self.counters = Counters()
         self.rejections: list[tuple[int, str]] = []
-        self._cap = 0
-        self._cols: dict[str, np.ndarray] = {}
-        self._grow(max(grow, 16))
-        self._row: dict[int, int] = {}
-        self._free_rows: list[int] = list(range(self._cap - 1, -1, -1))
-        self._live = np.zeros(self._cap, np.bool_)
-        self._live_rows: np.ndarray | None = None
-
-    # ---- table plumbing ----------------------------------------------------------------------
-    def _grow(self, new_cap: int) -> None:
-        for name in _I64 + _F64 + ("phase", "busy"):
-            dtype = np.int64 if name in _I64 else np.float64 if name in _F64 else np.int8 if name == "phase" else np.bool_
-            col = np.zeros(new_cap, dtype)
-            if name in self._cols:
-                col[: self._cap] = self._cols[name]
-            self._cols[name] = col
-            setattr(self, name, col)
-        if self._cap:
-            live = np.zeros(new_cap, np.bool_)
-            live[: self._cap] = self._live
-            self._live = live
-            self._free_rows = list(range(new_cap - 1, self._cap - 1, -1)) + self._free_rows
-        self._cap = new_cap
-
-    def live_rows(self) -> np.ndarray:
-        if self._live_rows is None:
-            self._live_rows = np.flatnonzero(self._live)
-        return self._live_rows
-
-    def __len__(self) -> int:
-        return len(self._row)
-
-    def row_of(self, req_id: int) -> int:
-        return self._row[req_id]
-
-    def rows_of(self, req_ids: np.ndarray) -> np.ndarray:
-        """Table rows of ``req_ids`` (all live)."""
-        row = self._row
-        return np.fromiter((row[i] for i in req_ids.tolist()), np.int64, req_ids.shape[0])
 
     # ---- lifecycle ---------------------------------------------------------------------------
-    def add(
+    def admit(
         self,
         req_id: int,
         t_arr: float,
@@ -139,7 +123,7 @@ class EngineState:
         reason = None
         if prompt_tokens < 1 or max_output < 1:
             reason = f"prompt_tokens and max_output must be >= 1 (got {prompt_tokens}, {max_output})"
-        elif req_id in self._row:
+        elif req_id in self:
             reason = f"duplicate request id {req_id}"
         else:
             need = blocks_for(prompt_tokens + max_output - 1, self.block_size)
@@ -151,49 +135,22 @@ class EngineState:
             self.counters.rejected += 1
             self.rejections.append((req_id, reason))
             return False
-        if not self._free_rows:
-            self._grow(self._cap * 2)
-        r = self._free_rows.pop()
-        self._row[req_id] = r
-        self._live[r] = True
-        self._live_rows = None
-        c = self._cols
-        for name in _I64 + _F64:
-            c[name][r] = 0
-        c["req_id"][r] = req_id
-        c["tenant"][r] = tenant
-        c["num_prompt"][r] = prompt_tokens
-        c["num_tokens"][r] = prompt_tokens
-        c["target_output"][r] = max_output
-        c["residency"][r] = 1 << 30
-        c["priority"][r] = priority
-        c["t_arr"][r] = c["t_last"][r] = c["t_run"][r] = t_arr
-        c["t_first"][r] = np.nan
-        c["pred_remaining"][r] = pred_remaining
-        c["phase"][r] = Phase.WAITING
-        c["busy"][r] = False
+        self.add(req_id, t_arr, prompt_tokens, target_output=max_output, tenant=tenant, priority=priority,
+                 pred_remaining=pred_remaining)
         return True
 
-    def _remove(self, r: int) -> None:
-        rid = int(self.req_id[r])
-        self.ledger.free(rid)
-        del self._row[rid]
-        self._live[r] = False
-        self._live_rows = None
-        self._free_rows.append(r)
+    def _retire(self, req_id: int) -> None:
+        self.ledger.free(req_id)
+        self.remove(req_id)
 
     def abort(self, req_id: int) -> None:
         """Drop a request wherever it is; both tiers are freed."""
-        r = self._row.get(req_id)
-        if r is None:
+        if req_id not in self:
             raise KeyError(f"abort: unknown request {req_id}")
         self.counters.aborted += 1
-        self._remove(r)
+        self._retire(req_id)
 
     # ---- planning inputs ---------------------------------------------------------------------
-    def snapshot(self) -> Snapshot:
-        return Snapshot.gather(self, self.live_rows())
-
     def capacity(self, b_xfer: int, token_budget: int, max_num_seqs: int) -> Capacity:
         return Capacity(
             hbm_blocks=self.ledger.hbm.num_blocks,
@@ -226,13 +183,9 @@ class EngineState:
             moves.swap_out.extend(led.swap_out(rid, d2h, keep))
             self._sync_counts(r)
             kept_tokens = int(self.blocks_dram[r]) * bs
-            if kept_tokens < self.num_computed[r]:
-                self.num_computed[r] = kept_tokens
-                if lossless_victims:
-                    c.recompute_fallbacks += 1
-            self.phase[r] = Phase.ROTARY if self.outputs[r] > 0 else Phase.WAITING
-            self.rotations[r] += 1
-            self.residency[r] = 0
+            if kept_tokens < self.num_computed[r] and lossless_victims:
+                c.recompute_fallbacks += 1
+            self.preempted(r, min(int(self.num_computed[r]), kept_tokens))
             c.preemptions += 1
             if self.blocks_dram[r] > 0:
                 c.rotations += 1
@@ -256,10 +209,7 @@ class EngineState:
             self.blocks_hbm[r] += n
         if plan.sched_ids.shape[0]:
             rows = self.rows_of(plan.sched_ids) if rows is None else rows
-            joined = rows[self.phase[rows] != Phase.RUNNING]
-            self.phase[joined] = Phase.RUNNING
-            self.t_run[joined] = now
-            self.residency[joined] = 1 << 30
+            self.joined(rows[self.phase[rows] != Phase.RUNNING], now, swapped_in=False)
         for rid, n in zip(plan.sync_ids.tolist(), plan.sync_blocks.tolist()):
             r = row[rid]
             moves.sync.extend(led.start_sync(rid, n))
@@ -281,53 +231,44 @@ class EngineState:
         for r in loading.tolist():
             self.ledger.complete_swap_in(int(self.req_id[r]))
             self.synced[r] = self.blocks_dram[r]
-            self.phase[r] = Phase.RUNNING
-            self.t_run[r] = now
-            self.residency[r] = 0
+        self.joined(loading, now, swapped_in=True)
 
-    def advance(self, plan: Plan, t_end: float, rows: np.ndarray | None = None) -> list[Finished]:
+    def advance(self, plan: Plan, t_end: float, rows: np.ndarray | None = None) -> Sampled:
         """The scheduled tokens were computed by ``t_end``; sample outputs, retire finished requests.
 
-        ``rows``: ``rows_of(plan.sched_ids)`` if the caller already has it.
+        ``rows``: ``rows_of(plan.sched_ids)`` if the caller already has it. Returns who sampled.
         """
-        done: list[Finished] = []
+        out = Sampled.none()
         if plan.sched_ids.shape[0]:
             rows = self.rows_of(plan.sched_ids) if rows is None else rows
             self.num_computed[rows] += plan.sched_tokens
             sampled = rows[self.num_computed[rows] == self.num_tokens[rows]]
-            self.outputs[sampled] += 1
-            self.t_last[sampled] = t_end
-            first = sampled[np.isnan(self.t_first[sampled])]
-            self.t_first[first] = t_end
+            had = sampled[self.outputs[sampled] > 0]
+            first = sampled[self.outputs[sampled] == 0]
+            out = Sampled(self.req_id[sampled].copy(), self.tenant[sampled].copy(),
+                          self.req_id[first].copy(), t_end - self.t_arr[first], self.tenant[first].copy(),
+                          t_end - self.t_last[had], self.tenant[had].copy(), [])
+            self.token_sampled(sampled, t_end)
             finished = sampled[self.outputs[sampled] >= self.target_output[sampled]]
             self.num_tokens[sampled[self.outputs[sampled] < self.target_output[sampled]]] += 1
             for r in finished.tolist():
-                done.append(
-                    Finished(
-                        int(self.req_id[r]),
-                        int(self.tenant[r]),
-                        float(self.t_arr[r]),
-                        float(self.t_first[r]),
-                        t_end,
-                        int(self.outputs[r]),
-                        int(self.rotations[r]),
-                    )
-                )
-                self._remove(r)
-            self.counters.finished += len(done)
-        rows = self.live_rows()
-        self.residency[rows] = np.minimum(self.residency[rows] + 1, 1 << 30)
-        return done
+                out.finished.append(Finished(int(self.req_id[r]), int(self.tenant[r]), float(self.t_arr[r]),
+                                             float(self.t_first[r]), t_end, int(self.outputs[r]),
+                                             int(self.rotations[r])))
+                self._retire(int(self.req_id[r]))
+            self.counters.finished += len(out.finished)
+        self.tick()
+        return out
 
     # ---- invariants --------------------------------------------------------------------------
     def check(self) -> None:
         """Raise ``RuntimeError`` if the table and ledger disagree or a request was lost."""
         self.ledger.check()
         c = self.counters
-        if c.arrived != c.finished + c.rejected + c.aborted + len(self._row):
+        if c.arrived != c.finished + c.rejected + c.aborted + len(self):
             raise RuntimeError(
                 f"conservation: arrived {c.arrived} != finished {c.finished} + rejected {c.rejected} "
-                f"+ aborted {c.aborted} + live {len(self._row)}"
+                f"+ aborted {c.aborted} + live {len(self)}"
             )
         for rid, r in self._row.items():
             dev, host, synced = self.ledger.blocks(rid)

@@ -30,6 +30,9 @@ The hot-path methods take plain numbers, use precomputed floats and allocate not
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+
+import numpy as np
 
 from superinfer.core.budget import DEFAULT_ETA, b_xfer_blocks
 from superinfer.sim.calibration import Calibration
@@ -45,6 +48,18 @@ NON_TORCH_RESERVE_BYTES = 1 << 30
 def attn_pairs(chunk_tokens: int, prior_tokens: int) -> int:
     """Causal (query, key) pairs of a prefill chunk of ``chunk_tokens`` after ``prior_tokens`` of context."""
     return chunk_tokens * prior_tokens + chunk_tokens * (chunk_tokens + 1) // 2
+
+
+@dataclass(frozen=True)
+class StepPrice:
+    """What one iteration costs. ``tail_s``: victims' unsynced tails, copied *before* compute (compute
+    may reuse their blocks, DuplexKV rule 2); ``background_s``: swap-ins and eager syncs, hidden under
+    compute when the engine overlaps; ``step_s``: the iteration's wall time."""
+
+    compute_s: float
+    tail_s: float
+    background_s: float
+    step_s: float
 
 
 class CostModel:
@@ -149,6 +164,26 @@ class CostModel:
         if self.overlap:
             return compute_s if compute_s > transfer_s else transfer_s
         return compute_s + transfer_s
+
+    def price_step(self, tokens: np.ndarray, computed: np.ndarray, decode: np.ndarray, h2d_blocks: int,
+                   tail_blocks: int, sync_blocks: int) -> StepPrice:
+        """Price one iteration: scheduled ``tokens`` per sequence over ``computed`` tokens of context,
+        ``decode`` marking the one-token decodes (the rest are prefill chunks), and its copies. An
+        iteration in which nothing can run (everything waits on the link) still lets time pass."""
+        pre_k, pre_c = tokens[~decode], computed[~decode]
+        compute_s = self.iteration_s(
+            int(pre_k.sum()),
+            float((pre_k * pre_c + pre_k * (pre_k + 1) // 2).sum()),
+            int(decode.sum()),
+            int(computed[decode].sum()),
+            int(pre_c.sum()),
+        )
+        background = self.transfer_s(h2d_blocks, sync_blocks)
+        tail = self.transfer_s(0, tail_blocks)
+        step = tail + self.step_s(compute_s, background)
+        if step <= 0.0:
+            step = self.overhead_s if self.overhead_s > 0 else 1e-3
+        return StepPrice(compute_s, tail, background, step)
 
     # ---- capacities and budget -----------------------------------------------------------------
     def activation_reserve_bytes(self, max_num_batched_tokens: int) -> int:

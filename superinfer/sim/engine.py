@@ -6,11 +6,12 @@ One iteration, read top to bottom (:meth:`Simulator.step`):
 2. the policy plans over the core's :class:`~superinfer.core.EngineState` snapshot (the same call the
    vLLM plugin makes);
 3. blocks change hands (``state.apply``);
-4. the cost model prices the iteration: compute for the scheduled prefill chunks and decodes, and the
-   copies: swap-ins and eager syncs overlap with compute (``max``) when the transfer engine overlaps,
-   else they add; victims' unsynced tails are copied *before* compute, because compute may reuse their
-   blocks (DuplexKV rule 2);
-5. copies complete, tokens are computed, outputs sampled, token timestamps recorded.
+4. the cost model prices the iteration (``CostModel.price_step``): compute for the scheduled prefill
+   chunks and decodes, and the copies: swap-ins and eager syncs overlap with compute (``max``) when the
+   transfer engine overlaps, else they add; victims' unsynced tails are copied *before* compute,
+   because compute may reuse their blocks (DuplexKV rule 2);
+5. copies complete, tokens are computed, outputs sampled (``state.advance``); the iteration comes back
+   as one :class:`StepResult`.
 
 Time only moves forward; when nothing is live it jumps to the next arrival. Arrivals stop at the
 workload's end; the run then drains until every request has finished or ``drain_s`` has passed.
@@ -23,12 +24,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from superinfer.core import EngineState, Params, TenantTable, get_policy
-from superinfer.sim.costmodel import CostModel
+from superinfer.core import (
+    ENGINE_POLICIES,
+    EngineState,
+    Moves,
+    Params,
+    Plan,
+    Sampled,
+    Snapshot,
+    TenantTable,
+    core_policy_name,
+    get_policy,
+)
+from superinfer.sim.costmodel import CostModel, StepPrice
 from superinfer.sim.workload import Workload
 
 # Names the benchmarks accept: the core's policies plus variants that change the transfer engine.
-SIM_POLICIES = ("vllm", "fcfs", "vllm-offload", "priority", "sarathi", "sjf", "lvf", "lvf-nooverlap")
+SIM_POLICIES = ENGINE_POLICIES
 UNBOUNDED = 1 << 40
 
 
@@ -103,12 +115,33 @@ class Trace:
     block_bytes: int = 0
 
 
+@dataclass
+class StepResult:
+    """One iteration of the twin, as the engine saw it (computed once, where the state changed).
+
+    ``plan`` and the ``snapshot`` it was made from (row ``i`` of ``plan.vlt_values`` is row ``i`` of
+    the snapshot); ``moves`` the block copies; ``price`` what the cost model charged; ``plan_s`` the
+    planner's wall time; ``sampled`` who produced a token at ``t_end``, whose token was the first, the
+    inter-token gaps and the requests that finished.
+    """
+
+    t_start: float
+    t_end: float
+    plan: Plan
+    snapshot: Snapshot
+    moves: Moves
+    price: StepPrice
+    plan_s: float
+    sampled: Sampled
+
+
 class Simulator:
-    """Replays one workload through one policy on one cost model."""
+    """Replays one workload through one policy on one cost model; :meth:`add` and :meth:`step` also
+    serve an open-ended engine (the daemon's live twin) that feeds requests one by one."""
 
     def __init__(self, workload: Workload, cm: CostModel, cfg: SimConfig) -> None:
         self.w, self.cm, self.cfg = workload, cm, cfg
-        core_name = {"vllm": "fcfs", "lvf-nooverlap": "lvf"}.get(cfg.policy, cfg.policy)
+        core_name = core_policy_name(cfg.policy)
         self.policy = get_policy(core_name)
         self.lossless = core_name == "lvf"
         self.hbm_blocks = (cm.hbm_kv_blocks(cfg.max_num_batched_tokens) if cfg.hbm_blocks is None
@@ -123,15 +156,8 @@ class Simulator:
             b = 0
         self.b_xfer = int(b)
         self.state = EngineState(self.hbm_blocks, self.dram_blocks, cm.block_size, grow=max(1024, len(workload)))
-        n = len(workload)
-        self.t_first = np.full(n, np.nan)
-        self.t_end = np.full(n, np.nan)
-        self.outputs = np.zeros(n, np.int64)
-        self.last_token = np.full(n, np.nan)
-        self.rotations = np.zeros(n, np.int64)
-        self._gaps: list[np.ndarray] = []
-        self._gap_tenant: list[np.ndarray] = []
         self.max_h2d = self.max_d2h = self.max_used = 0
+        n = len(workload)
         rng = np.random.default_rng(cfg.seed + 7919)
         noise = rng.lognormal(0.0, cfg.sjf_noise, n) if cfg.sjf_noise > 0 else np.ones(n)
         self.pred = workload.output_tokens * noise
@@ -141,101 +167,100 @@ class Simulator:
         self.priority = np.array([cfg.tenants.tenants[i].priority for i in self.tenant_index], np.int64) if n else np.zeros(0, np.int64)
 
     # ---- one iteration --------------------------------------------------------------------------
+    def add(self, req_id: int, t_arr: float, prompt_tokens: int, output_tokens: int, *, tenant: int = 0,
+            priority: int = 0, pred_remaining: float = 0.0, max_model_len: int | None = None) -> bool:
+        """A request arrives; False (reason in ``state.rejections``) if it can never run."""
+        return self.state.admit(req_id, t_arr, prompt_tokens, output_tokens, tenant=tenant, priority=priority,
+                                pred_remaining=pred_remaining, max_model_len=max_model_len)
+
     def _arrive(self, now: float) -> None:
-        w, st = self.w, self.state
+        w = self.w
         while self._next < len(w) and w.arrival_s[self._next] <= now:
             i = self._next
-            st.add(i, float(w.arrival_s[i]), int(w.prompt_tokens[i]), int(w.output_tokens[i]),
-                   tenant=int(self.tenant_index[i]), priority=int(self.priority[i]),
-                   pred_remaining=float(self.pred[i]))
+            self.add(i, float(w.arrival_s[i]), int(w.prompt_tokens[i]), int(w.output_tokens[i]),
+                     tenant=int(self.tenant_index[i]), priority=int(self.priority[i]),
+                     pred_remaining=float(self.pred[i]))
             self._next += 1
 
-    def step(self, now: float) -> float:
-        """Run one iteration starting at ``now``; returns its end time."""
+    def step(self, now: float) -> StepResult:
+        """Run one iteration starting at ``now``: plan, move blocks, price, complete copies, sample."""
         st, cm, cfg = self.state, self.cm, self.cfg
         cap = st.capacity(self.b_xfer, cfg.max_num_batched_tokens, cfg.max_num_seqs)
-        plan = self.policy.plan(st.snapshot(), cap, cfg.params, cfg.tenants, now, validate=False)
+        snap = st.snapshot()
+        t0 = time.perf_counter()
+        plan = self.policy.plan(snap, cap, cfg.params, cfg.tenants, now, validate=False)
+        plan_s = time.perf_counter() - t0
         rows = st.rows_of(plan.sched_ids)  # shared by apply, the cost model and advance
         moves = st.apply(plan, now, lossless_victims=self.lossless, rows=rows)
         tokens = plan.sched_tokens
-        computed = st.num_computed[rows]
         decode = (tokens == 1) & (st.outputs[rows] > 0)
-        pre_k, pre_c = tokens[~decode], computed[~decode]
-        compute_s = cm.iteration_s(
-            int(pre_k.sum()),
-            float((pre_k * pre_c + pre_k * (pre_k + 1) // 2).sum()),
-            int(decode.sum()),
-            int(computed[decode].sum()),
-            int(pre_c.sum()),
-        )
-        tail = len(moves.swap_out)
-        background = cm.transfer_s(moves.h2d_blocks, len(moves.sync))
-        step = cm.transfer_s(0, tail) + cm.step_s(compute_s, background)
-        if step <= 0.0:  # nothing could run (everything waits on the link): let time pass
-            step = cm.overhead_s if cm.overhead_s > 0 else 1e-3
-        t_end = now + step
+        price = cm.price_step(tokens, st.num_computed[rows], decode, moves.h2d_blocks, len(moves.swap_out),
+                              len(moves.sync))
+        t_end = now + price.step_s
         self.max_h2d = max(self.max_h2d, moves.h2d_blocks)
         self.max_d2h = max(self.max_d2h, moves.d2h_blocks)
         self.max_used = max(self.max_used, st.ledger.hbm.used)
         st.complete_transfers(t_end)
-        # Token timestamps: rows that finish their pending tokens sample an output at t_end.
-        samples = rows[st.num_computed[rows] + tokens == st.num_tokens[rows]]
-        had = samples[st.outputs[samples] > 0]
-        if had.shape[0]:
-            self._gaps.append(t_end - st.t_last[had])
-            self._gap_tenant.append(st.tenant[had].copy())
-        ids = st.req_id[samples]
-        for f in st.advance(plan, t_end, rows):
-            self.t_end[f.req_id] = t_end
-            self.rotations[f.req_id] = f.rotations
-        self.outputs[ids] += 1
-        self.last_token[ids] = t_end
-        first = ids[np.isnan(self.t_first[ids])]
-        self.t_first[first] = t_end
-        return t_end
+        sampled = st.advance(plan, t_end, rows)
+        return StepResult(now, t_end, plan, snap, moves, price, plan_s, sampled)
 
     # ---- the run --------------------------------------------------------------------------------
     def run(self) -> Trace:
         w, st = self.w, self.state
+        n = len(w)
         wall0 = time.perf_counter()
         self._next = 0
         now = 0.0
-        end_of_arrivals = float(w.arrival_s[-1]) if len(w) else 0.0
+        end_of_arrivals = float(w.arrival_s[-1]) if n else 0.0
         deadline = max(end_of_arrivals, w.duration_s) + self.cfg.drain_s
         iterations = 0
         window_end = max(float(w.duration_s), end_of_arrivals)
         window_tokens = -1
+        tokens = 0
+        t_first, t_end, last_token = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+        outputs, rotations = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        gaps: list[np.ndarray] = []
+        gap_tenant: list[np.ndarray] = []
         while True:
             if window_tokens < 0 and now >= window_end:
-                window_tokens = int(self.outputs.sum())
+                window_tokens = tokens
             self._arrive(now)
             if len(st) == 0:
-                if self._next >= len(w):
+                if self._next >= n:
                     break
                 now = float(w.arrival_s[self._next])
                 continue
             if now >= deadline:
                 break
-            now = self.step(now)
+            res = self.step(now)
+            now = res.t_end
             iterations += 1
-        for rid, r in list(st._row.items()):  # still live at the deadline
-            self.rotations[rid] = int(st.rotations[r])
+            s = res.sampled
+            tokens += s.ids.shape[0]
+            if s.gaps.shape[0]:
+                gaps.append(s.gaps)
+                gap_tenant.append(s.gap_tenant)
+            for f in s.finished:
+                t_first[f.req_id], t_end[f.req_id], last_token[f.req_id] = f.t_first, f.t_end, f.t_end
+                outputs[f.req_id], rotations[f.req_id] = f.outputs, f.rotations
+        rows = st.live_rows()  # still live at the deadline
+        ids = st.req_id[rows]
+        t_first[ids], outputs[ids], rotations[ids] = st.t_first[rows], st.outputs[rows], st.rotations[rows]
+        last_token[ids] = np.where(st.outputs[rows] > 0, st.t_last[rows], np.nan)
         st.check()
         wall = time.perf_counter() - wall0
-        gaps = np.concatenate(self._gaps) if self._gaps else np.zeros(0)
-        gap_tenant = np.concatenate(self._gap_tenant) if self._gap_tenant else np.zeros(0, np.int64)
         return Trace(
             t_arr=w.arrival_s.copy(),
-            t_first=self.t_first,
-            t_end=self.t_end,
-            outputs=self.outputs,
-            last_token=self.last_token,
-            rotations=self.rotations,
+            t_first=t_first,
+            t_end=t_end,
+            outputs=outputs,
+            last_token=last_token,
+            rotations=rotations,
             tenant=self.tenant_index,
-            gaps=gaps,
-            gap_tenant=gap_tenant,
+            gaps=np.concatenate(gaps) if gaps else np.zeros(0),
+            gap_tenant=np.concatenate(gap_tenant) if gap_tenant else np.zeros(0, np.int64),
             rejected=st.counters.rejected,
-            window_tokens=window_tokens if window_tokens >= 0 else int(self.outputs.sum()),
+            window_tokens=window_tokens if window_tokens >= 0 else tokens,
             iterations=iterations,
             sim_s=now,
             wall_s=wall,

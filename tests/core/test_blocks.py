@@ -48,9 +48,9 @@ def run(state, policy, plans=1, now=0.0, b_xfer=100):
 
 def test_abort_mid_rotation_frees_both_tiers():
     state = EngineState(hbm_blocks=6, dram_blocks=50, block_size=BS)
-    state.add(1, 0.0, 60, 20)
+    state.admit(1, 0.0, 60, 20)
     run(state, "lvf", plans=3)
-    state.add(2, 0.0, 60, 20)  # arrived long ago: lags, rotates 1 out
+    state.admit(2, 0.0, 60, 20)  # arrived long ago: lags, rotates 1 out
     run(state, "lvf", plans=1, now=30.0)
     r1 = state.row_of(1)
     assert state.phase[r1] == Phase.ROTARY and state.blocks_dram[r1] > 0
@@ -62,8 +62,8 @@ def test_abort_mid_rotation_frees_both_tiers():
 
 def test_full_dram_victim_falls_back_to_recompute_and_is_counted():
     state = EngineState(hbm_blocks=8, dram_blocks=0, block_size=BS)
-    state.add(1, 0.0, 63, 20)
-    state.add(2, 0.0, 63, 20)
+    state.admit(1, 0.0, 63, 20)
+    state.admit(2, 0.0, 63, 20)
     run(state, "lvf", plans=2)  # both prefill, then both decode into their fourth block
     assert state.counters.preemptions == 0
     run(state, "lvf", plans=1, now=1.0)  # both need a fifth block, none is free: one must go
@@ -75,7 +75,7 @@ def test_full_dram_victim_falls_back_to_recompute_and_is_counted():
 
 def test_a_request_too_large_for_hbm_is_rejected_with_a_reason():
     state = EngineState(hbm_blocks=4, dram_blocks=0, block_size=BS)
-    assert not state.add(1, 0.0, 100, 10)
+    assert not state.admit(1, 0.0, 100, 10)
     assert state.rejections == [(1, "needs 7 KV blocks, HBM holds 4")]
     assert state.counters.arrived == state.counters.rejected == 1
     state.check()

@@ -126,7 +126,7 @@ def test_random_runs_lose_nothing_and_keep_every_invariant(name, seed, hbm, b_xf
     for it in range(5000):
         if it < 150:
             for _ in range(rng.poisson(0.6)):
-                state.add(rid, now, int(rng.integers(1, 6 * BS)), int(rng.integers(1, 3 * BS)),
+                state.admit(rid, now, int(rng.integers(1, 6 * BS)), int(rng.integers(1, 3 * BS)),
                           tenant=int(rng.integers(0, 2)), priority=int(rng.integers(0, 3)),
                           pred_remaining=float(rng.integers(1, 100)))
                 rid += 1
