@@ -60,8 +60,9 @@ def start(profile, profile_file, backend, host, port, device, engine_port, state
     flags = {"backend": backend, "host": host, "port": port, "device": device, "engine_port": engine_port,
              "state_dir": state_dir}
     cfg = _config(profile, profile_file, flags, sets)
+    from superinfer.daemon.errors import StartError
     from superinfer.daemon.lifecycle import AlreadyRunning
-    from superinfer.daemon.server import StartError, run
+    from superinfer.daemon.server import run
 
     try:
         code = run(cfg)

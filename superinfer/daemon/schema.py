@@ -12,8 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from superinfer.core import PARAM_BOUNDS
-from superinfer.sim.engine import SIM_POLICIES
+from superinfer.core import ENGINE_POLICIES, PARAM_BOUNDS
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "scheduler": {
         "policy": Key("choice", "lvf", "scheduling policy (lvf = RotaSched; others are baselines, twin only)",
-                      choices=SIM_POLICIES),
+                      choices=ENGINE_POLICIES),
         "alpha": _bounded("alpha", "float", 3.0, "VLT weight of rotary requests"),
         "delta_b": _bounded("delta_b", "float", 0.0, "TBT slack δ_B (s)"),
         "delta_f": _bounded("delta_f", "float", 0.5, "TTFT slack δ_F (s)"),

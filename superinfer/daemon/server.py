@@ -20,14 +20,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+import uvicorn
+
 from superinfer import __version__
 from superinfer.daemon import lifecycle as lc
+from superinfer.daemon.api import build_app
 from superinfer.daemon.backends.base import Backend
+from superinfer.daemon.backends.select import select_backend
 from superinfer.daemon.config import Config
+from superinfer.daemon.errors import StartError
 from superinfer.daemon.metrics import DaemonMetrics
 from superinfer.daemon.notify import Notifier, watchdog_interval_s
 from superinfer.daemon.params import ParamStore
 from superinfer.daemon.stats import SloWindow
+from superinfer.daemon.wire import STATE_SCHEMA_VERSION
 
 log = logging.getLogger("superinfer.daemon")
 STALL_S = 30.0  # an engine loop silent this long is stalled (watchdog pings stop, /healthz 503)
@@ -42,16 +48,13 @@ PERSISTED_PARAM_KEYS = ("alpha", "delta_b", "delta_f", "min_residency", "max_rot
 KEEP_ALIVE_S = 75
 
 
-class StartError(RuntimeError):
-    """Startup failed; ``code`` is the exit status (1 failure, 2 configuration)."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 class Daemon:
-    """Everything one running daemon shares between the API, the backend and the lifecycle."""
+    """Everything one running daemon shares between the API, the backend and the lifecycle.
+
+    It satisfies :class:`~superinfer.daemon.backends.base.Host` (what a backend sees) and
+    :class:`~superinfer.daemon.api.ControlHost` (what the control API sees) structurally; neither of
+    those modules imports this one. ``store`` is set by :func:`run` before serving starts.
+    """
 
     def __init__(self, cfg: Config, backend: Backend) -> None:
         self.cfg = cfg
@@ -71,7 +74,9 @@ class Daemon:
         self.port = cfg.d("port")
 
     def health(self) -> str:
-        if getattr(self.backend, "crashed", None) is not None:
+        """``failed`` (the engine loop died), ``draining``, ``starting``, ``stalled`` (no heartbeat for
+        :data:`STALL_S`) or ``ok``, in that precedence."""
+        if self.backend.crashed is not None:
             return "failed"
         if self.draining:
             return "draining"
@@ -90,7 +95,7 @@ class Daemon:
         for name, w in window.items():
             tenants[name]["window"] = w
         out: dict[str, Any] = {
-            "schema_version": 1,
+            "schema_version": STATE_SCHEMA_VERSION,
             "backend": b.name,
             "simulation": b.simulation,
             "status": self.health(),
@@ -115,13 +120,6 @@ class Daemon:
         live = c.get("arrived", 0) - c.get("finished", 0) - c.get("rejected", 0) - c.get("aborted", 0)
         return (f"{sim}{self.cfg.profile}/{self.backend.name}: {live} live ({self.backend.inflight()} over HTTP), "
                 f"{c.get('arrived', 0)} arrived, {c.get('finished', 0)} finished")
-
-
-def choose_backend(cfg: Config) -> Backend:
-    """The backend for ``--backend``; raises :class:`StartError` (code 2 for configuration problems)."""
-    from superinfer.daemon.backends.select import select_backend
-
-    return select_backend(cfg)
 
 
 def run_probe(daemon: Daemon) -> None:
@@ -207,9 +205,8 @@ def persist(daemon: Daemon, drain: dict[str, Any] | None) -> Path:
     return path
 
 
-def make_server(config):
+def make_server(config: uvicorn.Config) -> uvicorn.Server:
     """uvicorn's Server without its own signal handling (the daemon drains first, then stops it)."""
-    import uvicorn
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager
@@ -219,102 +216,139 @@ def make_server(config):
     return Server(config)
 
 
-async def serve(daemon: Daemon) -> int:
-    import uvicorn
+class Serving:
+    """One run of the serving loop, in uvicorn's shape: :meth:`startup` -> :meth:`main_loop` (one
+    :meth:`tick` per wake-up) -> :meth:`shutdown`; :meth:`serve` runs the three and returns the exit status.
 
-    from superinfer.daemon.api import build_app
+    Invariants: the backend starts only once the control API listens; ``READY=1`` is sent once, when the
+    backend's start returned; ``WATCHDOG=1`` is sent only from :meth:`tick` and only while the daemon is
+    healthy (``ok`` or ``starting``); shutdown always stops admission, drains, persists ``state.json`` and
+    stops the API, whatever ended the loop (a signal, a failed start, a crashed engine loop).
+    """
 
-    cfg = daemon.cfg
-    notifier = Notifier()
-    app = build_app(daemon)
-    server = make_server(uvicorn.Config(app, host=cfg.d("host"), port=cfg.d("port"), log_level="warning",
-                                    access_log=False, lifespan="off", timeout_graceful_shutdown=5,
-                                    timeout_keep_alive=KEEP_ALIVE_S))
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    server_task = asyncio.create_task(server.serve())
-    while not server.started:
-        if server_task.done():
-            exc = server_task.exception()
-            raise StartError(f"control API could not listen on {cfg.d('host')}:{cfg.d('port')}: "
-                             f"{exc or 'uvicorn exited'}")
-        await asyncio.sleep(0.02)
-    sock = server.servers[0].sockets[0].getsockname()
-    daemon.port = int(sock[1])
-    lc.write_json_atomic(daemon.state_dir / lc.RUNTIME_FILE, {
-        "pid": os.getpid(), "host": cfg.d("host"), "port": daemon.port, "profile": cfg.profile,
-        "backend": daemon.backend.name, "simulation": daemon.backend.simulation, "started_at": daemon.started_unix,
-        "url": f"http://{cfg.d('host')}:{daemon.port}"})
-    log.info("control API on http://%s:%d (state /v1/state, metrics /metrics, OpenAPI /openapi.json)",
-             cfg.d("host"), daemon.port)
-    notifier.status(f"starting backend {daemon.backend.name}")
-    start_task = asyncio.create_task(daemon.backend.start(daemon))
-    wd = watchdog_interval_s()
-    tick = min(wd or 2.0, 2.0)
-    last_status = 0.0
-    exit_code = 0
-    stop_wait = asyncio.create_task(stop.wait())
-    while True:  # the serving loop: startup, then steady state, until a signal
-        if start_task is not None and start_task.done():
-            if start_task.exception() is not None:
-                exc = start_task.exception()
-                log.error("backend %s failed to start: %s", daemon.backend.name, exc)
-                exit_code = getattr(exc, "code", 1)
-                stop.set()
-            else:
-                daemon.ready = True
-                notifier.ready(daemon.status_line())
-                log.info("ready: %s", daemon.status_line())
-            start_task = None
-        if stop.is_set():
-            break
-        health = daemon.health()
-        if health in ("ok", "starting") and notifier.enabled:
-            notifier.watchdog()
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.notifier = Notifier()
+        self.stop = asyncio.Event()
+        self.exit_code = 0
+        self.tick_s = min(watchdog_interval_s() or 2.0, 2.0)
+        self.last_status = 0.0
+        self.server: uvicorn.Server | None = None
+        self.server_task: asyncio.Task | None = None
+        self.start_task: asyncio.Task | None = None  # the backend's start, until it has finished
+        self.stop_wait: asyncio.Task | None = None
+
+    async def serve(self) -> int:
+        await self.startup()
+        await self.main_loop()
+        await self.shutdown()
+        return self.exit_code
+
+    async def startup(self) -> None:
+        """Listen (raises :class:`StartError` when the API cannot), write ``runtime.json``, start the backend."""
+        d, cfg = self.daemon, self.daemon.cfg
+        self.server = make_server(uvicorn.Config(
+            build_app(d), host=cfg.d("host"), port=cfg.d("port"), log_level="warning", access_log=False,
+            lifespan="off", timeout_graceful_shutdown=5, timeout_keep_alive=KEEP_ALIVE_S))
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop.set)
+        self.server_task = asyncio.create_task(self.server.serve())
+        while not self.server.started:
+            if self.server_task.done():
+                exc = self.server_task.exception()
+                raise StartError(f"control API could not listen on {cfg.d('host')}:{cfg.d('port')}: "
+                                 f"{exc or 'uvicorn exited'}")
+            await asyncio.sleep(0.02)
+        d.port = int(self.server.servers[0].sockets[0].getsockname()[1])
+        lc.write_json_atomic(d.state_dir / lc.RUNTIME_FILE, {
+            "pid": os.getpid(), "host": cfg.d("host"), "port": d.port, "profile": cfg.profile,
+            "backend": d.backend.name, "simulation": d.backend.simulation, "started_at": d.started_unix,
+            "url": f"http://{cfg.d('host')}:{d.port}"})
+        log.info("control API on http://%s:%d (state /v1/state, metrics /metrics, OpenAPI /openapi.json)",
+                 cfg.d("host"), d.port)
+        self.notifier.status(f"starting backend {d.backend.name}")
+        self.start_task = asyncio.create_task(d.backend.start(d))
+        self.stop_wait = asyncio.create_task(self.stop.wait())
+
+    async def main_loop(self) -> None:
+        """Tick until a signal, a failed start or a crashed engine loop; wake on either event or every
+        ``tick_s`` (at most 2 s, and at most the watchdog interval)."""
+        while self.tick():
+            waiters = [self.stop_wait] + ([self.start_task] if self.start_task is not None else [])
+            await asyncio.wait(waiters, timeout=self.tick_s, return_when=asyncio.FIRST_COMPLETED)
+
+    def tick(self) -> bool:
+        """One turn: settle the backend's start, then ping systemd while healthy. False: shut down."""
+        self._settle_start()
+        if self.stop.is_set():
+            return False
+        health = self.daemon.health()
+        if health in ("ok", "starting") and self.notifier.enabled:
+            self.notifier.watchdog()
             now = time.monotonic()
-            if now - last_status >= 5.0:
-                last_status = now
-                notifier.status(daemon.status_line())
+            if now - self.last_status >= 5.0:
+                self.last_status = now
+                self.notifier.status(self.daemon.status_line())
         if health == "failed":
             log.error("engine loop failed; shutting down")
-            exit_code = 1
-            break
-        waiters = [stop_wait] + ([start_task] if start_task is not None else [])
-        await asyncio.wait(waiters, timeout=tick, return_when=asyncio.FIRST_COMPLETED)
+            self.exit_code = 1
+            return False
+        return True
 
-    # ---- shutdown: stop admission, drain, persist, stop serving
-    daemon.draining = True
-    daemon.metrics.draining.set(1)
-    timeout = cfg.get("engine", "drain_timeout_s")
-    log.info("shutting down: admission stopped, draining (up to %.0f s): %s", timeout, daemon.status_line())
-    notifier.stopping(f"draining {daemon.backend.inflight()} requests")
-    if start_task is not None:
-        start_task.cancel()
+    def _settle_start(self) -> None:
+        """Once the backend's start has finished: READY=1, or the start's exit code and a stop."""
+        task = self.start_task
+        if task is None or not task.done():
+            return
+        self.start_task = None
+        exc = task.exception()
+        if exc is not None:
+            log.error("backend %s failed to start: %s", self.daemon.backend.name, exc)
+            self.exit_code = getattr(exc, "code", 1)
+            self.stop.set()
+            return
+        self.daemon.ready = True
+        self.notifier.ready(self.daemon.status_line())
+        log.info("ready: %s", self.daemon.status_line())
+
+    async def shutdown(self) -> None:
+        """Stop admission, drain up to ``engine.drain_timeout_s``, persist, stop serving, close the backend."""
+        d = self.daemon
+        d.draining = True
+        d.metrics.draining.set(1)
+        timeout = d.cfg.get("engine", "drain_timeout_s")
+        log.info("shutting down: admission stopped, draining (up to %.0f s): %s", timeout, d.status_line())
+        self.notifier.stopping(f"draining {d.backend.inflight()} requests")
+        if self.start_task is not None:
+            self.start_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self.start_task
+        d.backend.stop_admission()
+        drain = None
+        try:
+            drain = await d.backend.drain(timeout)
+        except Exception:  # noqa: BLE001 - still persist and exit
+            log.exception("drain failed")
+            self.exit_code = self.exit_code or 1
+        path = persist(d, drain)
+        log.info("state persisted to %s: %s", path, d.backend.counters())
+        self.stop_wait.cancel()
+        self.server.should_exit = True
         with contextlib.suppress(BaseException):
-            await start_task
-    daemon.backend.stop_admission()
-    drain = None
-    try:
-        drain = await daemon.backend.drain(timeout)
-    except Exception:  # noqa: BLE001 - still persist and exit
-        log.exception("drain failed")
-        exit_code = exit_code or 1
-    path = persist(daemon, drain)
-    log.info("state persisted to %s: %s", path, daemon.backend.counters())
-    stop_wait.cancel()
-    server.should_exit = True
-    with contextlib.suppress(BaseException):
-        await asyncio.wait_for(server_task, timeout=10)
-    await daemon.backend.close()
-    notifier.close()
-    return exit_code
+            await asyncio.wait_for(self.server_task, timeout=10)
+        await d.backend.close()
+        self.notifier.close()
+
+
+async def serve(daemon: Daemon) -> int:
+    """Serve until a signal or a failure; returns the exit status (see :class:`Serving`)."""
+    return await Serving(daemon).serve()
 
 
 def run(cfg: Config) -> int:
     """Start in the foreground; returns the exit status (0 ok, 1 failure, 2 configuration)."""
-    backend = choose_backend(cfg)
+    backend = select_backend(cfg)
     lc.ensure_state_dir(cfg.state_dir)
     lock = lc.PidLock(cfg.state_dir)
     lock.acquire()  # AlreadyRunning propagates to the CLI
