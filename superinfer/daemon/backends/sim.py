@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from fastapi import Request
 
-from superinfer.core import Phase
-from superinfer.daemon.backends.base import Backend
-from superinfer.daemon.backends.twin import RING, LiveTwin
+from superinfer.core import Phase, rank_order
+from superinfer.daemon.backends.base import Backend, Host
+from superinfer.daemon.backends.twin import MAX_LIVE, LiveTwin
 from superinfer.daemon.httputil import HttpError, error, json_body, resolve_tenant
 from superinfer.sim.costmodel import CostModel
 from superinfer.sim.engine import SimConfig, reference_iteration_s
@@ -36,12 +36,11 @@ from superinfer.sim.workload import load_workload
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from superinfer.daemon.server import Daemon
+    from superinfer.sim.engine import StepResult
 
 log = logging.getLogger("superinfer.daemon")
 GIB = 1 << 30
 PHASE_NAMES = {int(Phase.WAITING): "waiting", int(Phase.ROTARY): "rotary", int(Phase.RUNNING): "running"}
-MAX_LIVE = RING // 2
 SIM_HEADER = {"X-Superinfer-Simulation": "true"}
 
 
@@ -143,8 +142,7 @@ class SimBackend(Backend):
         self.xfer = {"h2d_bytes": 0.0, "d2h_bytes": 0.0, "h2d_s": 0.0, "d2h_s": 0.0}
         self.refused = 0
         self._ids = itertools.count()
-        self.daemon: Daemon | None = None
-        self.crashed: BaseException | None = None
+        self.host: Host | None = None
 
     # ---- identity ------------------------------------------------------------------------------
     def model_name(self) -> str:
@@ -160,11 +158,10 @@ class SimBackend(Backend):
         return time.monotonic() - self.t0
 
     # ---- lifecycle -----------------------------------------------------------------------------
-    async def start(self, daemon: "Daemon") -> None:
-        self.daemon = daemon
+    async def start(self, host: Host) -> None:
+        self.host = host
         self._loop = asyncio.get_running_loop()
-        self.twin.cfg.params = daemon.store.params()
-        self.twin.b_xfer = int(daemon.store.values["b_xfer"])
+        self.twin.set_params(host.store.params(), int(host.store.values["b_xfer"]))
         log.warning("SIMULATION: backend 'sim' is the digital twin (%s on %s, policy %s, %d HBM / %d DRAM KV "
                     "blocks, B_xfer %d); no model runs and completions are synthetic text",
                     self.model.name, self.hardware.name, self.policy, self.twin.hbm_blocks, self.twin.dram_blocks,
@@ -178,11 +175,9 @@ class SimBackend(Backend):
         self._thread.start()
 
     def on_params(self, values: dict[str, float | int]) -> None:
-        params = self.daemon.store.params() if self.daemon else None
+        params = self.host.store.params() if self.host else None
         with self._lock:
-            if params is not None:
-                self.twin.cfg.params = params
-            self.twin.b_xfer = int(values["b_xfer"])
+            self.twin.set_params(params, int(values["b_xfer"]))
 
     def stop_admission(self) -> None:
         self.admitting = False
@@ -198,12 +193,9 @@ class SimBackend(Backend):
             await asyncio.sleep(0.02)
         aborted = 0
         with self._lock:
-            st = self.twin.state
             pending = list(self._inbox)
             self._inbox.clear()
-            for rid in list(st._row):
-                st.abort(rid)
-                aborted += 1
+            aborted = self.twin.abort_all()
             waiters = list(self._http.values()) + pending
             self._http.clear()
         for req in waiters:
@@ -234,9 +226,10 @@ class SimBackend(Backend):
             self.beat = time.monotonic()
             with self._lock:
                 self._admit(start)
-                t_end = twin.step(start) if len(st) else None
-                if t_end is not None:
-                    events = self._after_step(t_end)
+                res = twin.step(start) if len(st) else None
+                t_end = res.t_end if res is not None else None
+                if res is not None:
+                    events = self._after_step(res)
             if t_end is None:
                 timeout = 0.25
                 if self.replay is not None and self.admitting:
@@ -260,7 +253,7 @@ class SimBackend(Backend):
                 self._rates.append((now, x["h2d_bytes"], x["d2h_bytes"], x["h2d_s"], x["d2h_s"]))
 
     def _admit(self, now: float) -> None:
-        twin, st, m = self.twin, self.twin.state, self.daemon.metrics
+        twin, st, m = self.twin, self.twin.state, self.host.metrics
         names = [t.name for t in self.tenants]
         mml = self.model.max_model_len
         while self._inbox:
@@ -289,15 +282,16 @@ class SimBackend(Backend):
             else:
                 m.t_arrived[names[tenant]].inc()
 
-    def _after_step(self, t_end: float) -> list:
+    def _after_step(self, res: "StepResult") -> list:
         """Metrics, windows and HTTP events of the iteration that just ended (lock held)."""
-        twin, st, d = self.twin, self.twin.state, self.daemon
+        st, d = self.twin.state, self.host
         m, slo = d.metrics, d.slo
         names = [t.name for t in self.tenants]
+        t_end, s = res.t_end, res.sampled
         self.iterations += 1
         m.iterations.inc()
-        m.planner.observe(twin.policy.last_s)
-        self.planner_total += twin.policy.last_s
+        m.planner.observe(res.plan_s)
+        self.planner_total += res.plan_s
         c = st.counters
         seen = self._seen
         for attr, metric in (("preemptions", m.preemptions), ("rotations", m.rotations),
@@ -318,19 +312,18 @@ class SimBackend(Backend):
             x["d2h_bytes"] += dd * bb
             x["h2d_s"] += sh
             x["d2h_s"] += sd
-        self._record_rotations(t_end)
+        self._record_rotations(res)
         self._seen = dict(vars(c))
         now_m = time.monotonic()
-        if st.last_tenant_sampled.shape[0]:
-            for ti, n in enumerate(np.bincount(st.last_tenant_sampled, minlength=len(names)).tolist()):
+        if s.tenant.shape[0]:
+            for ti, n in enumerate(np.bincount(s.tenant, minlength=len(names)).tolist()):
                 if n:
                     m.t_tokens[names[ti]].inc(n)
-        for rid, ttft in zip(st.last_first.tolist(), st.last_first_ttft.tolist()):
-            ti = int(st.tenant[st._row[rid]]) if rid in st._row else self._tenant_of_finished(rid)
+        for ttft, ti in zip(s.first_ttft.tolist(), s.first_tenant.tolist()):
             ok = ttft <= self.ttft_slo[ti]
             m.observe_first_token(names[ti], ttft, ok)
             slo.first_token(names[ti], ttft, ok, now_m)
-        gaps, gap_tenant = twin.take_gaps()
+        gaps, gap_tenant = s.gaps, s.gap_tenant
         if gaps.shape[0]:
             for ti in np.unique(gap_tenant).tolist():
                 g = gaps[gap_tenant == ti].tolist()
@@ -338,7 +331,7 @@ class SimBackend(Backend):
                 for x in g:
                     h.observe(x)
                 slo.gaps(names[ti], g, now_m)
-        for f in st.last_done:
+        for f in s.finished:
             mean = (f.t_end - f.t_first) / (f.outputs - 1) if f.outputs > 1 else 0.0
             ok = mean <= self.tbt_slo[f.tenant]
             m.observe_finished(names[f.tenant], ok)
@@ -358,28 +351,22 @@ class SimBackend(Backend):
         events = []
         http = self._http
         if http:
-            done = {f.req_id for f in st.last_done}
-            for rid in st.last_sampled.tolist():
+            done = {f.req_id: f for f in s.finished}
+            for rid in s.ids.tolist():
                 req = http.get(rid)
                 if req is None:
                     continue
-                if rid in done:
+                f = done.get(rid)
+                if f is not None:
                     del http[rid]
-                    events.append((req, ("done", {"t_arr": float(twin.t_arr_of[rid]),
-                                                  "t_first": float(twin.t_first[rid]), "t_end": t_end})))
+                    events.append((req, ("done", {"t_arr": f.t_arr, "t_first": f.t_first, "t_end": t_end})))
                 else:
                     events.append((req, ("token", 1)))
         return events
 
-    def _tenant_of_finished(self, rid: int) -> int:
-        for f in self.twin.state.last_done:
-            if f.req_id == rid:
-                return f.tenant
-        return 0
-
-    def _record_rotations(self, t_end: float) -> None:
-        plan = self.twin.policy.last_plan
-        if plan is None or (plan.victim_ids.shape[0] == 0 and plan.swap_ids.shape[0] == 0):
+    def _record_rotations(self, res: "StepResult") -> None:
+        plan, t_end = res.plan, res.t_end
+        if plan.victim_ids.shape[0] == 0 and plan.swap_ids.shape[0] == 0:
             return
         wall = time.time()
         for rid, d2h, mode, forced in zip(plan.victim_ids.tolist(), plan.victim_d2h.tolist(),
@@ -393,7 +380,7 @@ class SimBackend(Backend):
 
     def _tenant_name(self, rid: int) -> str:
         st = self.twin.state
-        r = st._row.get(rid)
+        r = st.get_row(rid)
         return self.tenants[int(st.tenant[r])].name if r is not None else "?"
 
     # ---- state for the API ---------------------------------------------------------------------
@@ -423,7 +410,7 @@ class SimBackend(Backend):
                 "counters": counters,
                 "ranking": ranking,
                 "rotation_events": events,
-                "planner": {"last_s": round(self.twin.policy.last_s, 9),
+                "planner": {"last_s": round(self.twin.last.plan_s, 9) if self.twin.last else 0.0,
                             "mean_s": round(self.planner_total / self.iterations, 9) if self.iterations else None,
                             "iterations": self.iterations},
                 "sim": {"simulation": True, "hardware": self.hardware.name, "model_profile": self.model.name,
@@ -437,11 +424,11 @@ class SimBackend(Backend):
         return out
 
     def _ranking(self, top: int) -> list[dict[str, Any]]:
-        plan, snap = self.twin.policy.last_plan, self.twin.policy.last_snap
-        if plan is None or snap is None or plan.vlt_ids.shape[0] == 0:
+        last = self.twin.last
+        if last is None or last.plan.vlt_ids.shape[0] == 0:
             return []
-        order = np.lexsort((plan.vlt_ids, plan.vlt_t_arr, -plan.vlt_values))[:top]
-        now = self.twin.policy.last_now
+        plan, snap, now = last.plan, last.snapshot, last.t_start
+        order = rank_order(plan.vlt_values, plan.vlt_t_arr, plan.vlt_ids)[:top]
         return [{"req_id": int(snap.req_id[i]), "tenant": self.tenants[int(snap.tenant[i])].name,
                  "phase": PHASE_NAMES[int(snap.phase[i])], "vlt_s": round(float(plan.vlt_values[i]), 6),
                  "age_s": round(now - float(snap.t_arr[i]), 6)} for i in order.tolist()]
@@ -461,7 +448,8 @@ class SimBackend(Backend):
         return out
 
     # ---- OpenAI-style endpoint -----------------------------------------------------------------
-    def register_routes(self, app: "FastAPI", daemon: "Daemon") -> None:
+    def register_routes(self, app: "FastAPI", host: Host) -> None:
+        daemon = host
         backend = self
 
         @app.get("/v1/models", tags=["openai"])
@@ -496,7 +484,7 @@ class SimBackend(Backend):
                                          headers=SIM_HEADER)
             return await backend._collect(req, cid)
 
-    def _parse(self, body: dict, daemon: "Daemon") -> SimRequest:
+    def _parse(self, body: dict, daemon: Host) -> SimRequest:
         prompt = body.get("prompt")
         if isinstance(prompt, str) and prompt:
             n = max(1, (len(prompt) + 3) // 4)
