@@ -113,6 +113,11 @@ class RequestTable:
         row = self._row
         return np.fromiter((row[i] for i in req_ids.tolist()), np.int64, req_ids.shape[0])
 
+    def rows_of_keys(self, keys: list[Hashable]) -> np.ndarray:
+        """Rows of the live requests whose keys are ``keys``."""
+        row = self._row
+        return np.fromiter((row[k] for k in keys), np.int64, len(keys))
+
     def key_of(self, req_id: int) -> Hashable | None:
         """The key of the live request whose core id is ``req_id`` (None if it left)."""
         key = self._key.get(req_id, req_id)

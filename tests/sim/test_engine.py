@@ -150,3 +150,34 @@ def test_run_spec_passes_hbm_and_dram_blocks():
     out = run_one(RunSpec(policy="lvf", rps=4.0, seed=0, workload="sharegpt", duration_s=3.0, hbm_blocks=96,
                           dram_blocks=300))
     assert out["hbm_blocks"] == 96 and out["dram_blocks"] == 300 and out["max_hbm_blocks_used"] <= 96
+
+
+def test_step_result_reports_what_changed_in_the_state():
+    """One StepResult per iteration says who sampled, whose token was the first, the gaps and who left;
+    summed over a run it agrees with the state's counters and the trace."""
+    sim = pressured("lvf", duration=4.0)
+    sim._next = 0
+    now, tokens, firsts, gaps, finished = 0.0, 0, 0, 0, 0
+    while now < 60.0:
+        sim._arrive(now)
+        if len(sim.state) == 0:
+            if sim._next >= len(sim.w):
+                break
+            now = float(sim.w.arrival_s[sim._next])
+            continue
+        outputs_before = int(sim.state.outputs[sim.state.live_rows()].sum())
+        res = sim.step(now)
+        s = res.sampled
+        assert res.t_start == now and res.t_end > now and res.price.step_s == pytest.approx(res.t_end - now)
+        assert len(res.snapshot) == res.plan.vlt_ids.shape[0]
+        assert s.gaps.shape[0] + s.first_ids.shape[0] == s.ids.shape[0]
+        assert np.all(s.gaps > 0) and np.all(s.first_ttft > 0)
+        left = sum(f.outputs for f in s.finished)
+        assert int(sim.state.outputs[sim.state.live_rows()].sum()) + left - outputs_before == s.ids.shape[0]
+        now = res.t_end
+        tokens += s.ids.shape[0]
+        firsts += s.first_ids.shape[0]
+        gaps += s.gaps.shape[0]
+        finished += len(s.finished)
+    assert finished == sim.state.counters.finished > 0 and firsts >= finished
+    assert gaps + firsts == tokens
