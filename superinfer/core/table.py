@@ -68,6 +68,7 @@ class RequestTable:
         self._cap = 0
         self._row: dict[Hashable, int] = {}  # key -> row
         self._key: dict[int, Hashable] = {}  # core id -> key (only for keys that are not ints)
+        self._row_key: list[Hashable | None] = []  # row -> key of its live request
         self._free: list[int] = []
         self._next_seq = 0
         self._int_keys: bool | None = None  # one table holds one kind of key
@@ -85,6 +86,7 @@ class RequestTable:
         live = np.zeros(cap, np.bool_)
         live[: self._cap] = self.live
         self.live = live
+        self._row_key.extend([None] * (cap - self._cap))
         self._free = list(range(cap - 1, self._cap - 1, -1)) + self._free
         self._cap = cap
 
@@ -117,6 +119,10 @@ class RequestTable:
         """Rows of the live requests whose keys are ``keys``."""
         row = self._row
         return np.fromiter((row[k] for k in keys), np.int64, len(keys))
+
+    def key_at(self, r: int) -> Hashable | None:
+        """The key of the live request in row ``r`` (None for a free row)."""
+        return self._row_key[r]
 
     def key_of(self, req_id: int) -> Hashable | None:
         """The key of the live request whose core id is ``req_id`` (None if it left)."""
@@ -154,6 +160,7 @@ class RequestTable:
             self._next_seq += 1
             self._key[core_id] = key
         self._row[key] = r
+        self._row_key[r] = key
         for name in _I64 + _F64:
             getattr(self, name)[r] = 0
         self.req_id[r] = core_id
@@ -179,6 +186,7 @@ class RequestTable:
         if r is None:
             return None
         self._key.pop(int(self.req_id[r]), None)
+        self._row_key[r] = None
         self.live[r] = False
         self._live_rows = None
         self._free.append(r)

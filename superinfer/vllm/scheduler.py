@@ -36,10 +36,9 @@ from vllm.v1.core.sched.request_queue import SchedulingPolicy, create_request_qu
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import RequestStatus
 
-from superinfer.core import Capacity, Phase, Plan, Tenant, TenantTable, get_policy
+from superinfer.core import Capacity, Plan, RequestTable, Tenant, TenantTable, get_policy, rank_order
 from superinfer.vllm.connector import DuplexKVConnector, connector_extra
 from superinfer.vllm.params import ENV_PARAMS_FILE, LiveParams, ParamSource
-from superinfer.vllm.table import FRESH_RESIDENCY, RequestTable
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +80,8 @@ class RotaScheduler(Scheduler):
         super().add_request(request)
         rid = request.request_id
         if rid not in self.table and rid in self.requests:
-            self.table.add(rid, float(request.arrival_time), int(request.num_tokens),
-                           self._tenant_of(request), int(getattr(request, "priority", 0) or 0))
+            self.table.add(rid, float(request.arrival_time), int(request.num_tokens), tenant=self._tenant_of(request),
+                           priority=int(getattr(request, "priority", 0) or 0))
 
     def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         out = super()._free_request(request, *args, **kwargs)
@@ -139,17 +138,13 @@ class RotaScheduler(Scheduler):
         self._pre_computed[rid] = computed
         super()._preempt_request(request, timestamp, *args, **kwargs)
         self.stats["preemptions"] += 1
-        r = self.table.row.get(rid)
-        if r is not None:
-            t = self.table
-            t.phase[r] = Phase.ROTARY if request.num_output_tokens > 0 else Phase.WAITING
-            t.num_computed[r] = parked
+        t = self.table
+        r = t.get_row(rid)
+        if r is not None:  # its KV: nothing on the device, the parked tokens' blocks on the host
             t.blocks_hbm[r] = 0
             t.blocks_dram[r] = -(-parked // self.block_size)
             t.synced[r] = t.syncing[r] = 0
-            t.rotations[r] += 1
-            t.residency[r] = 0
-            t.busy[r] = False
+            t.preempted(r, parked)
 
     # -- the step ---------------------------------------------------------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
@@ -202,8 +197,8 @@ class RotaScheduler(Scheduler):
         run = self.running
         if run:
             n = len(run)
-            row, r2b = t.row, self._r2b
-            rows = np.fromiter((row[r.request_id] for r in run), np.int64, n)
+            r2b = self._r2b
+            rows = t.rows_of_keys([r.request_id for r in run])
             t.num_tokens[rows] = np.fromiter((r.num_tokens for r in run), np.int64, n)
             t.num_computed[rows] = np.fromiter((r.num_computed_tokens for r in run), np.int64, n)
             t.blocks_hbm[rows] = np.fromiter((len(r2b.get(r.request_id, ())) for r in run), np.int64, n)
@@ -212,7 +207,7 @@ class RotaScheduler(Scheduler):
                 c = np.array([counts(r.request_id) for r in run], np.int64).reshape(n, 3)
                 t.blocks_dram[rows], t.synced[rows], t.syncing[rows] = c[:, 0], c[:, 1], c[:, 2]
         for r in self.kv_holding_waiting:  # async loads in flight: hold blocks, not plannable
-            i = t.row.get(r.request_id)
+            i = t.get_row(r.request_id)
             if i is not None:
                 t.busy[i] = True
                 t.blocks_hbm[i] = len(self._r2b.get(r.request_id, ()))
@@ -220,11 +215,11 @@ class RotaScheduler(Scheduler):
     def _apply_syncs(self, plan: Plan) -> None:
         if self.ledger is None or plan.sync_ids.shape[0] == 0:
             return
-        by_seq, reqs = self.table.by_seq, self.requests
+        key_of, reqs = self.table.key_of, self.requests
         for seq, n in zip(plan.sync_ids.tolist(), plan.sync_blocks.tolist()):
             if self._d2h_left <= 0:
                 break
-            rid = by_seq.get(seq)
+            rid = key_of(seq)
             req = reqs.get(rid) if rid is not None else None
             if req is None or req.status != RequestStatus.RUNNING:
                 continue
@@ -242,13 +237,13 @@ class RotaScheduler(Scheduler):
         vlt[rows] = plan.vlt_values
         run = self.running
         if run:
-            rr = np.fromiter((t.row[r.request_id] for r in run), np.int64, len(run))
-            order = np.lexsort((t.seq[rr], t.t_arr[rr], -vlt[rr]))
+            rr = t.rows_of_keys([r.request_id for r in run])
+            order = rank_order(vlt[rr], t.t_arr[rr], t.req_id[rr])
             self.running = [run[i] for i in order.tolist()]
-        by_seq, reqs = t.by_seq, self.requests
+        key_of, reqs = t.key_of, self.requests
         ts = time.monotonic()
         for seq, forced in zip(plan.victim_ids.tolist(), plan.victim_forced.tolist()):
-            req = reqs.get(by_seq.get(seq, ""))
+            req = reqs.get(key_of(seq))
             if req is None or req.status != RequestStatus.RUNNING or req not in self.running:
                 continue
             self.running.remove(req)
@@ -259,10 +254,12 @@ class RotaScheduler(Scheduler):
         cand.update(plan.swap_ids.tolist())
         admitted = []
         for seq in cand:
-            req = reqs.get(by_seq.get(seq, ""))
+            req = reqs.get(key_of(seq))
             if req is not None and req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
                 admitted.append(req)
-        admitted.sort(key=lambda r: (-vlt[t.row[r.request_id]], r.arrival_time, t.seq[t.row[r.request_id]]))
+        if admitted:
+            ar = t.rows_of_keys([r.request_id for r in admitted])
+            admitted = [admitted[i] for i in rank_order(vlt[ar], t.t_arr[ar], t.req_id[ar]).tolist()]
         return admitted
 
     def _schedule_with(self, admitted: list[Any], args: tuple, kwargs: dict) -> Any:
@@ -285,20 +282,15 @@ class RotaScheduler(Scheduler):
     def _after_schedule(self, out: Any, now: float) -> None:
         t = self.table
         for nr in out.scheduled_new_reqs:
-            r = t.row.get(nr.req_id)
+            r = t.get_row(nr.req_id)
             if r is not None:
-                t.phase[r] = Phase.RUNNING
-                t.t_run[r] = now
-                t.residency[r] = FRESH_RESIDENCY
+                t.joined(r, now, swapped_in=False)
         resumed = out.scheduled_cached_reqs.resumed_req_ids
         for rid in resumed:
-            r = t.row.get(rid)
+            r = t.get_row(rid)
             if r is None:
                 continue
-            t.phase[r] = Phase.RUNNING
-            t.t_run[r] = now
-            t.residency[r] = 0
-            t.busy[r] = False
+            t.joined(r, now, swapped_in=True)
             scheduled = int(out.num_scheduled_tokens.get(rid, 0))
             start = int(self.requests[rid].num_computed_tokens) - scheduled  # _update_after_schedule ran
             before = self._pre_computed.pop(rid, 0)
@@ -310,16 +302,17 @@ class RotaScheduler(Scheduler):
         outputs = super().update_from_output(scheduler_output, model_runner_output)
         now = self.clock()
         t, reqs = self.table, self.requests
+        rows, counts = [], []
         for rid in scheduler_output.num_scheduled_tokens:
-            r = t.row.get(rid)
+            r = t.get_row(rid)
             if r is None:
                 continue  # finished this step
             n = reqs[rid].num_output_tokens
             if n != t.outputs[r]:
-                if t.outputs[r] == 0:
-                    t.t_first[r] = now
-                t.outputs[r] = n
-                t.t_last[r] = now
+                rows.append(r)
+                counts.append(n)
+        if rows:
+            t.token_sampled(np.array(rows, np.int64), now, np.array(counts, np.int64))
         return outputs
 
     def plan_now(self, now: float | None = None) -> Plan | None:
@@ -340,8 +333,8 @@ class RotaScheduler(Scheduler):
         if plan is None or plan.vlt_ids.shape[0] == 0:
             return []
         ids, vlt = plan.ranking(top)
-        by_seq = self.table.by_seq
-        return [(by_seq[i], v) for i, v in zip(ids.tolist(), vlt.tolist()) if i in by_seq]
+        key_of = self.table.key_of
+        return [(k, v) for k, v in ((key_of(i), v) for i, v in zip(ids.tolist(), vlt.tolist())) if k is not None]
 
     def stats_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"scheduler": dict(self.stats), "params_reloads": self.param_source.reloads,

@@ -139,3 +139,11 @@ def test_rows_and_keys_stay_consistent(ops):
     assert len(snap) == len(live)
     assert {t.key_of(int(i)) for i in snap.req_id} == live
     assert np.all(snap.residency <= FRESH_RESIDENCY) and np.all(snap.residency >= 0)
+
+
+def test_key_at_names_the_request_in_a_row():
+    t = table_with("a", "b")
+    r = t.row_of("b")
+    assert t.key_at(r) == "b"
+    t.remove("b")
+    assert t.key_at(r) is None

@@ -164,7 +164,7 @@ def driven(engine_cm: Callable[..., Any], prompts_for: Callable[[int], list[str]
         os.utime(pf, ns=(0, os.stat(pf).st_mtime_ns + 1_000_000))  # a distinct mtime even on coarse clocks
         plan_b = sched.plan_now(now)
         obs["reloads"] = sched.param_source.reloads - reloads
-        phase_of = {t.name[r]: int(t.phase[r]) for r in t.live_rows()}
+        phase_of = {t.key_at(r): int(t.phase[r]) for r in t.live_rows()}
         obs["top_a"] = [phase_of[rid] for rid, _ in sched.ranking(3, plan_a)]
         obs["top_b"] = [phase_of[rid] for rid, _ in sched.ranking(3, plan_b)]
         # (b) abort mid-rotation: parked requests and running ones
