@@ -8,97 +8,68 @@ the profile's workload replay (``[sim]``) and from ``POST /v1/completions``, who
 text (``" sim0 sim1 ..."``) produced at the twin's token times. Live params apply from the next
 iteration on. Invariants: every admitted request finishes, is aborted at the drain deadline, or is live
 (``EngineState.check``); an HTTP waiter always gets a final event (tokens done, or an error).
+
+Here: identity, lifecycle, the engine thread (admit -> step -> record -> dispatch HTTP events -> pace) and
+the ``/v1/state`` document; beside it, ``replay`` (workload replay), ``recorder`` (metrics, SLO windows,
+rotation events, transfer totals per iteration) and ``sim_http`` (the OpenAI endpoint and its events).
+Thread-safety: ``_lock`` guards the twin, the recorder, the inbox and the HTTP waiter table; the replay
+belongs to the engine thread (the API reads only its fixed settings); waiters' events are delivered on
+the server's event loop (``loop.call_soon_threadsafe``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import threading
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from fastapi import Request
-
 from superinfer.core import Phase, rank_order
 from superinfer.daemon.backends.base import Backend, Host
+from superinfer.daemon.backends.recorder import StepRecorder, phase_counts
+from superinfer.daemon.backends.replay import Replay
+from superinfer.daemon.backends.sim_http import SimRequest, dispatch, register_openai_routes, waiter_events
 from superinfer.daemon.backends.twin import MAX_LIVE, LiveTwin
-from superinfer.daemon.httputil import HttpError, error, json_body, resolve_tenant
 from superinfer.sim.costmodel import CostModel
 from superinfer.sim.engine import SimConfig, reference_iteration_s
 from superinfer.sim.hardware import get_hardware
 from superinfer.sim.models import get_model
-from superinfer.sim.workload import load_workload
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from superinfer.daemon.config import Config
     from superinfer.sim.engine import StepResult
 
 log = logging.getLogger("superinfer.daemon")
 GIB = 1 << 30
 PHASE_NAMES = {int(Phase.WAITING): "waiting", int(Phase.ROTARY): "rotary", int(Phase.RUNNING): "running"}
-SIM_HEADER = {"X-Superinfer-Simulation": "true"}
+IDLE_WAIT_S = 0.25  # the longest the engine sleeps with nothing live (a submit or a stop wakes it)
+RATE_SAMPLE_S = 1.0  # virtual seconds between transfer-rate samples
+ABORTED = "aborted: the daemon is shutting down and the drain deadline passed"
 
 
-class SimRequest:
-    """An HTTP request inside the twin. ``queue`` receives ("token", n) ... then ("done", info) or
-    ("error", message), delivered on the server's event loop."""
-
-    __slots__ = ("tenant", "tenant_idx", "prompt_tokens", "max_tokens", "queue", "rid", "t_submit", "tokens")
-
-    def __init__(self, tenant: str, tenant_idx: int, prompt_tokens: int, max_tokens: int) -> None:
-        self.tenant, self.tenant_idx = tenant, tenant_idx
-        self.prompt_tokens, self.max_tokens = prompt_tokens, max_tokens
-        self.queue: asyncio.Queue = asyncio.Queue()
-        self.rid: int | None = None
-        self.t_submit = 0.0
-        self.tokens = 0
-
-
-class Replay:
-    """The profile's workload, generated chunk by chunk (``chunk_s`` each, seed+1 per chunk), forever."""
-
-    def __init__(self, spec: str, arrival: str, rps: float, chunk_s: float, seed: int, shares: dict[str, float],
-                 tenant_index: dict[str, int], max_len: int) -> None:
-        self.spec, self.arrival, self.rps, self.chunk_s, self.seed = spec, arrival, rps, chunk_s, seed
-        self.shares = shares if len(shares) > 1 else None
-        self.tenant_index, self.max_len = tenant_index, max_len
-        self.k = -1
-        self.i = 0
-        self.arr = np.zeros(0)
-        self._load_next()
-
-    def _load_next(self) -> None:
-        self.k += 1
-        w = load_workload(self.spec, arrival=self.arrival, rps=self.rps, duration_s=self.chunk_s,
-                          seed=self.seed + self.k, tenants=self.shares, max_len=self.max_len)
-        self.arr = w.arrival_s + self.k * self.chunk_s
-        self.prompt, self.output = w.prompt_tokens, w.output_tokens
-        idx = np.array([self.tenant_index.get(n, 0) for n in w.tenant_names], np.int64)
-        self.tenant = idx[w.tenant_ids] if len(w) else np.zeros(0, np.int64)
-        self.i = 0
-
-    def next_time(self) -> float:
-        while self.i >= self.arr.shape[0]:
-            self._load_next()
-        return float(self.arr[self.i])
-
-    def pop(self) -> tuple[float, int, int, int]:
-        self.next_time()
-        i = self.i
-        self.i += 1
-        return float(self.arr[i]), int(self.prompt[i]), int(self.output[i]), int(self.tenant[i])
+def ranking(last: StepResult | None, names: list[str], top: int) -> list[dict[str, Any]]:
+    """The ``top`` first of ``last``'s VLT ranking (largest VLT first, :func:`~superinfer.core.rank_order`):
+    ``{req_id, tenant, phase, vlt_s, age_s}``, ages at the step's start; ``names`` by tenant index."""
+    if last is None or last.plan.vlt_ids.shape[0] == 0:
+        return []
+    plan, snap, now = last.plan, last.snapshot, last.t_start
+    order = rank_order(plan.vlt_values, plan.vlt_t_arr, plan.vlt_ids)[:top]
+    return [{"req_id": int(snap.req_id[i]), "tenant": names[int(snap.tenant[i])],
+             "phase": PHASE_NAMES[int(snap.phase[i])], "vlt_s": round(float(plan.vlt_values[i]), 6),
+             "age_s": round(now - float(snap.t_arr[i]), 6)} for i in order.tolist()]
 
 
 class SimBackend(Backend):
+    """The digital twin as a :class:`Backend` (see the module docstring)."""
+
     name = "sim"
     simulation = True
 
-    def __init__(self, cfg) -> None:
+    def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         g = cfg.get
         self.model = get_model(g("engine", "model"))
@@ -117,31 +88,26 @@ class SimBackend(Backend):
                                 seed=g("sim", "seed"))
         self.twin = LiveTwin(self.cm, self.simcfg)
         self.tenants = cfg.tenants
+        self.names = [t.name for t in self.tenants]
         self.tenant_index = {t.name: i for i, t in enumerate(self.tenants)}
-        self.ttft_slo = np.array([t.ttft_slo for t in self.tenants])
-        self.tbt_slo = np.array([t.tbt_slo for t in self.tenants])
+        self.default_tenant = self.names[0]  # the config puts the default tenant first
+        self.max_model_len = self.model.max_model_len
         rps = g("sim", "rps")
         self.replay = (Replay(g("sim", "workload"), g("sim", "arrival"), rps, g("sim", "chunk_s"), g("sim", "seed"),
-                              cfg.tenant_shares, self.tenant_index, self.model.max_model_len) if rps > 0 else None)
+                              cfg.tenant_shares, self.tenant_index, self.max_model_len) if rps > 0 else None)
         self.served = g("engine", "served_model_name") or f"superinfer-sim:{self.model.name}"
         self._lock = threading.Lock()  # guards the twin and everything below
         self._wake = threading.Event()
         self._inbox: deque[SimRequest] = deque()
         self._http: dict[int, SimRequest] = {}
+        self.recorder = StepRecorder(self.cm, self.tenants, self.twin.state.counters)
         self._stop = False
         self.admitting = True
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.t0 = time.monotonic()
         self.lag = 0.0
-        self.iterations = 0
-        self.planner_total = 0.0
-        self._seen = dict(vars(self.twin.state.counters))
-        self.events: deque[dict] = deque(maxlen=100)
-        self._rates: deque[tuple[float, float, float, float, float]] = deque(maxlen=16)
-        self.xfer = {"h2d_bytes": 0.0, "d2h_bytes": 0.0, "h2d_s": 0.0, "d2h_s": 0.0}
         self.refused = 0
-        self._ids = itertools.count()
         self.host: Host | None = None
 
     # ---- identity ------------------------------------------------------------------------------
@@ -155,6 +121,7 @@ class SimBackend(Backend):
         return int(self.cm.block_bytes)
 
     def clock(self) -> float:
+        """Virtual time: seconds since the engine started (``monotonic() - t0``)."""
         return time.monotonic() - self.t0
 
     # ---- lifecycle -----------------------------------------------------------------------------
@@ -199,7 +166,7 @@ class SimBackend(Backend):
             waiters = list(self._http.values()) + pending
             self._http.clear()
         for req in waiters:
-            req.queue.put_nowait(("error", "aborted: the daemon is shutting down and the drain deadline passed"))
+            req.queue.put_nowait(("error", ABORTED))
         if aborted:
             log.warning("drain deadline (%.1f s) passed: aborted %d live requests", timeout_s, aborted)
         return {"aborted": aborted, "counters": self.counters()}
@@ -219,7 +186,10 @@ class SimBackend(Backend):
             log.exception("the twin's engine loop died")
 
     def _serve(self) -> None:
-        twin, st = self.twin, self.twin.state
+        """Admit -> step -> record -> dispatch HTTP events -> pace, until :meth:`close`. An iteration
+        starts where the previous one ended (``t_end``) unless the host fell more than 1 ms behind; with
+        nothing live the loop sleeps until the next replay arrival, a submit, or :data:`IDLE_WAIT_S`."""
+        twin, st, rec = self.twin, self.twin.state, self.recorder
         start = self.clock()
         last_rate = 0.0
         while not self._stop:
@@ -227,11 +197,11 @@ class SimBackend(Backend):
             with self._lock:
                 self._admit(start)
                 res = twin.step(start) if len(st) else None
-                t_end = res.t_end if res is not None else None
                 if res is not None:
-                    events = self._after_step(res)
-            if t_end is None:
-                timeout = 0.25
+                    rec.record(res, st, self.host.metrics, self.host.slo, self.lag)
+                    events = waiter_events(self._http, res.sampled, res.t_end)
+            if res is None:
+                timeout = IDLE_WAIT_S
                 if self.replay is not None and self.admitting:
                     timeout = min(timeout, max(self.replay.next_time() - self.clock(), 0.0))
                 if timeout > 0:
@@ -240,22 +210,25 @@ class SimBackend(Backend):
                 start = self.clock()
                 continue
             if events and self._loop is not None:
-                self._loop.call_soon_threadsafe(_dispatch, events)
+                self._loop.call_soon_threadsafe(dispatch, events)
+            t_end = res.t_end
             delay = t_end - self.clock()
             if delay > 0:
                 time.sleep(delay)
             now = self.clock()
             self.lag = max(now - t_end, 0.0)
             start = t_end if now <= t_end + 1e-3 else now
-            if now - last_rate >= 1.0:
+            if now - last_rate >= RATE_SAMPLE_S:
                 last_rate = now
-                x = self.xfer
-                self._rates.append((now, x["h2d_bytes"], x["d2h_bytes"], x["h2d_s"], x["d2h_s"]))
+                rec.sample_rates(now)
 
     def _admit(self, now: float) -> None:
+        """Admit the submitted HTTP requests, then the replay's arrivals up to ``now`` (lock held). A
+        refused HTTP request gets its error event; every refusal is counted in
+        ``superinfer_requests_rejected_total`` (``engine`` or ``overloaded``)."""
         twin, st, m = self.twin, self.twin.state, self.host.metrics
-        names = [t.name for t in self.tenants]
-        mml = self.model.max_model_len
+        names = self.names
+        mml = self.max_model_len
         while self._inbox:
             req = self._inbox.popleft()
             rid, reason = (None, "overloaded") if len(st) >= MAX_LIVE else twin.admit(
@@ -282,106 +255,16 @@ class SimBackend(Backend):
             else:
                 m.t_arrived[names[tenant]].inc()
 
-    def _after_step(self, res: "StepResult") -> list:
-        """Metrics, windows and HTTP events of the iteration that just ended (lock held)."""
-        st, d = self.twin.state, self.host
-        m, slo = d.metrics, d.slo
-        names = [t.name for t in self.tenants]
-        t_end, s = res.t_end, res.sampled
-        self.iterations += 1
-        m.iterations.inc()
-        m.planner.observe(res.plan_s)
-        self.planner_total += res.plan_s
-        c = st.counters
-        seen = self._seen
-        for attr, metric in (("preemptions", m.preemptions), ("rotations", m.rotations),
-                             ("recompute_fallbacks", m.recompute)):
-            delta = getattr(c, attr) - seen[attr]
-            if delta:
-                metric.inc(delta)
-        dh, dd = c.h2d_blocks - seen["h2d_blocks"], c.d2h_blocks - seen["d2h_blocks"]
-        if dh or dd:
-            bb = self.cm.block_bytes
-            sh, sd = self.cm.transfer_s(dh, 0), self.cm.transfer_s(0, dd)
-            m.xfer_bytes.labels("h2d").inc(dh * bb)
-            m.xfer_bytes.labels("d2h").inc(dd * bb)
-            m.xfer_seconds.labels("h2d").inc(sh)
-            m.xfer_seconds.labels("d2h").inc(sd)
-            x = self.xfer
-            x["h2d_bytes"] += dh * bb
-            x["d2h_bytes"] += dd * bb
-            x["h2d_s"] += sh
-            x["d2h_s"] += sd
-        self._record_rotations(res)
-        self._seen = dict(vars(c))
-        now_m = time.monotonic()
-        if s.tenant.shape[0]:
-            for ti, n in enumerate(np.bincount(s.tenant, minlength=len(names)).tolist()):
-                if n:
-                    m.t_tokens[names[ti]].inc(n)
-        for ttft, ti in zip(s.first_ttft.tolist(), s.first_tenant.tolist()):
-            ok = ttft <= self.ttft_slo[ti]
-            m.observe_first_token(names[ti], ttft, ok)
-            slo.first_token(names[ti], ttft, ok, now_m)
-        gaps, gap_tenant = s.gaps, s.gap_tenant
-        if gaps.shape[0]:
-            for ti in np.unique(gap_tenant).tolist():
-                g = gaps[gap_tenant == ti].tolist()
-                h = m.t_gap[names[ti]]
-                for x in g:
-                    h.observe(x)
-                slo.gaps(names[ti], g, now_m)
-        for f in s.finished:
-            mean = (f.t_end - f.t_first) / (f.outputs - 1) if f.outputs > 1 else 0.0
-            ok = mean <= self.tbt_slo[f.tenant]
-            m.observe_finished(names[f.tenant], ok)
-            slo.finished(names[f.tenant], mean, ok, now_m)
-        # gauges
-        rows = st.live_rows()
-        counts = np.bincount(st.phase[rows], minlength=3) if rows.shape[0] else np.zeros(3, np.int64)
-        for ph, n in zip(("waiting", "rotary", "running"), counts.tolist()):
-            m.queue.labels(ph).set(n)
-        led = st.ledger
-        m.blocks_used.labels("hbm").set(led.hbm.used)
-        m.blocks_used.labels("dram").set(led.dram.used)
-        m.blocks_cap.labels("hbm").set(led.hbm.num_blocks)
-        m.blocks_cap.labels("dram").set(led.dram.num_blocks)
-        m.lag.set(self.lag)
-        # HTTP waiters
-        events = []
-        http = self._http
-        if http:
-            done = {f.req_id: f for f in s.finished}
-            for rid in s.ids.tolist():
-                req = http.get(rid)
-                if req is None:
-                    continue
-                f = done.get(rid)
-                if f is not None:
-                    del http[rid]
-                    events.append((req, ("done", {"t_arr": f.t_arr, "t_first": f.t_first, "t_end": t_end})))
-                else:
-                    events.append((req, ("token", 1)))
-        return events
+    # ---- HTTP ----------------------------------------------------------------------------------
+    def register_routes(self, app: FastAPI, host: Host) -> None:
+        register_openai_routes(app, host, self)
 
-    def _record_rotations(self, res: "StepResult") -> None:
-        plan, t_end = res.plan, res.t_end
-        if plan.victim_ids.shape[0] == 0 and plan.swap_ids.shape[0] == 0:
-            return
-        wall = time.time()
-        for rid, d2h, mode, forced in zip(plan.victim_ids.tolist(), plan.victim_d2h.tolist(),
-                                          plan.victim_mode.tolist(), plan.victim_forced.tolist()):
-            self.events.append({"time": wall, "sim_time_s": round(t_end, 6), "kind": "swap_out" if mode == 0 else
-                                "recompute", "req_id": rid, "tenant": self._tenant_name(rid), "blocks": d2h,
-                                "forced": bool(forced)})
-        for rid, n in zip(plan.swap_ids.tolist(), plan.swap_blocks.tolist()):
-            self.events.append({"time": wall, "sim_time_s": round(t_end, 6), "kind": "swap_in", "req_id": rid,
-                                "tenant": self._tenant_name(rid), "blocks": n, "forced": False})
-
-    def _tenant_name(self, rid: int) -> str:
-        st = self.twin.state
-        r = st.get_row(rid)
-        return self.tenants[int(st.tenant[r])].name if r is not None else "?"
+    def submit(self, req: SimRequest) -> None:
+        """Queue an HTTP request for the next admission (any thread); stamps ``req.t_submit``."""
+        req.t_submit = self.clock()
+        with self._lock:
+            self._inbox.append(req)
+        self._wake.set()
 
     # ---- state for the API ---------------------------------------------------------------------
     def counters(self) -> dict[str, int]:
@@ -392,170 +275,27 @@ class SimBackend(Backend):
         return len(self._http) + len(self._inbox)
 
     def engine_state(self) -> dict[str, Any]:
+        """The backend's part of ``/v1/state``: ``queues, kv, transfer, counters, ranking,
+        rotation_events, planner, sim`` (field names: docs/daemon.md)."""
         with self._lock:
-            st = self.twin.state
-            rows = st.live_rows()
-            counts = np.bincount(st.phase[rows], minlength=3).tolist() if rows.shape[0] else [0, 0, 0]
+            st, rec = self.twin.state, self.recorder
+            counts = phase_counts(st)
             led = st.ledger
-            ranking = self._ranking(10)
-            counters = {k: int(v) for k, v in vars(st.counters).items()}
-            events = list(self.events)[-20:]
-            out = {
+            replay = self.replay
+            return {
                 "queues": {"waiting": counts[0], "rotary": counts[1], "running": counts[2],
                            "inflight_http": len(self._http) + len(self._inbox)},
                 "kv": {"block_size": self.cm.block_size, "block_bytes": self.cm.block_bytes,
                        "hbm": {"used": led.hbm.used, "total": led.hbm.num_blocks},
                        "dram": {"used": led.dram.used, "total": led.dram.num_blocks}},
-                "transfer": self._transfer(),
-                "counters": counters,
-                "ranking": ranking,
-                "rotation_events": events,
-                "planner": {"last_s": round(self.twin.last.plan_s, 9) if self.twin.last else 0.0,
-                            "mean_s": round(self.planner_total / self.iterations, 9) if self.iterations else None,
-                            "iterations": self.iterations},
+                "transfer": rec.transfer(),
+                "counters": {k: int(v) for k, v in vars(st.counters).items()},
+                "ranking": ranking(self.twin.last, self.names, 10),
+                "rotation_events": list(rec.events)[-20:],
+                "planner": rec.planner(self.twin.last),
                 "sim": {"simulation": True, "hardware": self.hardware.name, "model_profile": self.model.name,
                         "policy": self.policy, "virtual_time_s": round(self.clock(), 3), "lag_s": round(self.lag, 6),
-                        "replay": None if self.replay is None else {"workload": self.replay.spec,
-                                                                    "rps": self.replay.rps,
-                                                                    "arrival": self.replay.arrival,
-                                                                    "active": self.admitting},
+                        "replay": None if replay is None else {"workload": replay.spec, "rps": replay.rps,
+                                                               "arrival": replay.arrival, "active": self.admitting},
                         "refused_overload": self.refused},
             }
-        return out
-
-    def _ranking(self, top: int) -> list[dict[str, Any]]:
-        last = self.twin.last
-        if last is None or last.plan.vlt_ids.shape[0] == 0:
-            return []
-        plan, snap, now = last.plan, last.snapshot, last.t_start
-        order = rank_order(plan.vlt_values, plan.vlt_t_arr, plan.vlt_ids)[:top]
-        return [{"req_id": int(snap.req_id[i]), "tenant": self.tenants[int(snap.tenant[i])].name,
-                 "phase": PHASE_NAMES[int(snap.phase[i])], "vlt_s": round(float(plan.vlt_values[i]), 6),
-                 "age_s": round(now - float(snap.t_arr[i]), 6)} for i in order.tolist()]
-
-    def _transfer(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        rates = list(self._rates)
-        first = rates[0] if len(rates) > 1 else None
-        last = rates[-1] if len(rates) > 1 else None
-        span = (last[0] - first[0]) if first and last else 0.0
-        for j, d in ((1, "h2d"), (2, "d2h")):
-            gbps = (last[j] - first[j]) / span / 1e9 if span > 0 else 0.0
-            busy = (last[j + 2] - first[j + 2]) / span if span > 0 else 0.0
-            out[d] = {"gbps": round(gbps, 6), "busy_share": round(busy, 6),
-                      "bytes_total": int(self.xfer[f"{d}_bytes"]), "seconds_total": round(self.xfer[f"{d}_s"], 6)}
-        out["window_s"] = round(span, 3)
-        return out
-
-    # ---- OpenAI-style endpoint -----------------------------------------------------------------
-    def register_routes(self, app: "FastAPI", host: Host) -> None:
-        daemon = host
-        backend = self
-
-        @app.get("/v1/models", tags=["openai"])
-        async def models() -> dict:
-            return {"object": "list", "data": [{"id": backend.served, "object": "model", "owned_by": "superinfer",
-                                                "simulation": True}]}
-
-        @app.post("/v1/completions", tags=["openai"],
-                  summary="Completion from the digital twin (synthetic text at the twin's token times)")
-        async def completions(request: Request):
-            try:
-                body = await json_body(request)
-                if not isinstance(body, dict):
-                    raise HttpError(400, "expected a JSON object")
-                req = backend._parse(body, daemon)
-            except HttpError as exc:
-                return exc.response()
-            if not backend.admitting or daemon.draining:
-                return error(503, "draining: the daemon is shutting down", "unavailable", headers={"Retry-After": "5"})
-            if backend.inflight() >= daemon.cfg.get("engine", "max_inflight"):
-                daemon.metrics.rejected.labels(req.tenant, "overloaded").inc()
-                return error(503, "overloaded: too many requests in flight", "unavailable", headers={"Retry-After": "1"})
-            req.t_submit = backend.clock()
-            with backend._lock:
-                backend._inbox.append(req)
-            backend._wake.set()
-            cid = f"cmpl-sim-{next(backend._ids)}"
-            if body.get("stream"):
-                from fastapi.responses import StreamingResponse
-
-                return StreamingResponse(backend._stream(req, cid), media_type="text/event-stream",
-                                         headers=SIM_HEADER)
-            return await backend._collect(req, cid)
-
-    def _parse(self, body: dict, daemon: Host) -> SimRequest:
-        prompt = body.get("prompt")
-        if isinstance(prompt, str) and prompt:
-            n = max(1, (len(prompt) + 3) // 4)
-        elif isinstance(prompt, list) and prompt and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
-            n = len(prompt)
-        else:
-            raise HttpError(400, "prompt must be a non-empty string or a list of token ids "
-                                 "(one prompt per request in the twin)", param="prompt")
-        max_tokens = body.get("max_tokens", 16)
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= 65536:
-            raise HttpError(400, f"max_tokens must be an integer within [1, 65536], got {max_tokens!r}",
-                            param="max_tokens")
-        if n + max_tokens > self.model.max_model_len:
-            raise HttpError(400, f"prompt ({n} tokens) + max_tokens ({max_tokens}) exceeds the model's "
-                                 f"{self.model.max_model_len}", param="max_tokens")
-        tenant = resolve_tenant(body, self.tenant_index, self.tenants[0].name,
-                                daemon.cfg.get("slo", "unknown_tenant"))
-        return SimRequest(tenant, self.tenant_index[tenant], n, max_tokens)
-
-    def _choice(self, start: int, n: int) -> str:
-        return "".join(f" sim{i}" for i in range(start, start + n))
-
-    async def _collect(self, req: SimRequest, cid: str):
-        from fastapi.responses import JSONResponse
-
-        while True:
-            kind, value = await req.queue.get()
-            if kind == "token":
-                req.tokens += value
-            elif kind == "error":
-                return error(503, value, "unavailable")
-            else:
-                req.tokens += 1
-                return JSONResponse(self._body(req, cid, self._choice(0, req.tokens), "length", value),
-                                    headers=SIM_HEADER)
-
-    def _body(self, req: SimRequest, cid: str, text: str, finish: str | None, info: dict | None) -> dict:
-        out = {"id": cid, "object": "text_completion", "created": int(time.time()), "model": self.served,
-               "system_fingerprint": "superinfer-sim",
-               "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
-        if info is not None:
-            out["usage"] = {"prompt_tokens": req.prompt_tokens, "completion_tokens": req.tokens,
-                            "total_tokens": req.prompt_tokens + req.tokens}
-            ttft = info["t_first"] - info["t_arr"]
-            out["superinfer"] = {"simulation": True, "tenant": req.tenant, "ttft_s": round(ttft, 6),
-                                 "tbt_mean_s": round((info["t_end"] - info["t_first"]) / (req.tokens - 1), 6)
-                                 if req.tokens > 1 else None}
-        else:
-            out["superinfer"] = {"simulation": True}
-        return out
-
-    async def _stream(self, req: SimRequest, cid: str):
-        import json
-
-        while True:
-            kind, value = await req.queue.get()
-            if kind == "error":
-                yield "data: " + json.dumps({"error": {"message": value, "type": "unavailable", "code": 503}}) + "\n\n"
-                yield "data: [DONE]\n\n"
-                return
-            start = req.tokens
-            req.tokens += value if kind == "token" else 1
-            finish = "length" if kind == "done" else None
-            chunk = self._body(req, cid, self._choice(start, req.tokens - start), finish,
-                               value if kind == "done" else None)
-            yield "data: " + json.dumps(chunk) + "\n\n"
-            if kind == "done":
-                yield "data: [DONE]\n\n"
-                return
-
-
-def _dispatch(events: list) -> None:
-    for req, event in events:
-        req.queue.put_nowait(event)

@@ -1,0 +1,180 @@
+"""What one iteration of the twin did, recorded: Prometheus metrics, SLO windows, rotation events, transfer totals.
+
+:class:`StepRecorder` reads a :class:`~superinfer.sim.engine.StepResult` and the twin's
+:class:`~superinfer.core.EngineState` after the step, and records into the daemon's sinks
+(:class:`~superinfer.daemon.metrics.DaemonMetrics`, :class:`~superinfer.daemon.stats.SloWindow`). It
+knows nothing of HTTP. Invariants: the Prometheus counters ``superinfer_preemptions_total``,
+``superinfer_rotations_total``, ``superinfer_recompute_fallbacks_total`` and the transfer counters grow by
+exactly what the state's :class:`~superinfer.core.Counters` grew by since the previous record (or since
+construction), so after every record they equal the state's counters minus those at construction;
+``superinfer_iterations_total`` counts records. Not thread-safe: the owner serializes :meth:`record` and
+the readers (the sim backend holds its lock); :meth:`sample_rates` only appends to a bounded deque.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from superinfer.core import EngineState, Tenant
+    from superinfer.core.state import Counters
+    from superinfer.daemon.metrics import DaemonMetrics
+    from superinfer.daemon.stats import SloWindow
+    from superinfer.sim.costmodel import CostModel
+    from superinfer.sim.engine import StepResult
+
+PHASES = ("waiting", "rotary", "running")  # index = int(Phase)
+_COUNTED = ("preemptions", "rotations", "recompute_fallbacks")
+
+
+def phase_counts(st: EngineState) -> list[int]:
+    """Live requests per phase, ``[waiting, rotary, running]``."""
+    rows = st.live_rows()
+    return np.bincount(st.phase[rows], minlength=3).tolist() if rows.shape[0] else [0, 0, 0]
+
+
+class StepRecorder:
+    """Records every iteration of one twin. ``tenants`` is the profile's tenant list (index = the twin's
+    tenant id); ``counters`` the twin state's counters at construction (deltas are taken from there).
+
+    Totals kept for ``/v1/state``: ``iterations``, ``planner_total`` (seconds), ``events`` (the last
+    ``max_events`` rotation events), ``xfer`` (bytes and link seconds per direction since construction),
+    and the rate samples of :meth:`sample_rates`.
+    """
+
+    def __init__(self, cm: CostModel, tenants: Sequence[Tenant], counters: Counters, max_events: int = 100,
+                 max_rates: int = 16) -> None:
+        if not tenants:
+            raise ValueError("StepRecorder needs at least one tenant")
+        self.cm = cm
+        self.names = [t.name for t in tenants]
+        self.ttft_slo = np.array([t.ttft_slo for t in tenants])
+        self.tbt_slo = np.array([t.tbt_slo for t in tenants])
+        self.iterations = 0
+        self.planner_total = 0.0
+        self._seen = dict(vars(counters))
+        self.events: deque[dict[str, Any]] = deque(maxlen=max_events)
+        self._rates: deque[tuple[float, float, float, float, float]] = deque(maxlen=max_rates)
+        self.xfer = {"h2d_bytes": 0.0, "d2h_bytes": 0.0, "h2d_s": 0.0, "d2h_s": 0.0}
+
+    # ---- per iteration -------------------------------------------------------------------------
+    def record(self, res: StepResult, st: EngineState, m: DaemonMetrics, slo: SloWindow, lag: float) -> None:
+        """Record the iteration ``res`` that just ended; ``st`` is the twin's state after it, ``lag`` how
+        far the previous iteration ended behind the wall clock (``superinfer_sim_lag_seconds``)."""
+        names, s = self.names, res.sampled
+        self.iterations += 1
+        m.iterations.inc()
+        m.planner.observe(res.plan_s)
+        self.planner_total += res.plan_s
+        c = st.counters
+        seen = self._seen
+        for attr, metric in zip(_COUNTED, (m.preemptions, m.rotations, m.recompute)):
+            delta = getattr(c, attr) - seen[attr]
+            if delta:
+                metric.inc(delta)
+        self._record_transfers(c.h2d_blocks - seen["h2d_blocks"], c.d2h_blocks - seen["d2h_blocks"], m)
+        self._record_rotations(res, st)
+        self._seen = dict(vars(c))
+        now_m = time.monotonic()
+        if s.tenant.shape[0]:
+            for ti, n in enumerate(np.bincount(s.tenant, minlength=len(names)).tolist()):
+                if n:
+                    m.t_tokens[names[ti]].inc(n)
+        for ttft, ti in zip(s.first_ttft.tolist(), s.first_tenant.tolist()):
+            ok = ttft <= self.ttft_slo[ti]
+            m.observe_first_token(names[ti], ttft, ok)
+            slo.first_token(names[ti], ttft, ok, now_m)
+        gaps, gap_tenant = s.gaps, s.gap_tenant
+        if gaps.shape[0]:
+            for ti in np.unique(gap_tenant).tolist():
+                g = gaps[gap_tenant == ti].tolist()
+                h = m.t_gap[names[ti]]
+                for x in g:
+                    h.observe(x)
+                slo.gaps(names[ti], g, now_m)
+        for f in s.finished:
+            mean = (f.t_end - f.t_first) / (f.outputs - 1) if f.outputs > 1 else 0.0
+            ok = mean <= self.tbt_slo[f.tenant]
+            m.observe_finished(names[f.tenant], ok)
+            slo.finished(names[f.tenant], mean, ok, now_m)
+        self._record_gauges(st, m, lag)
+
+    def _record_transfers(self, dh: int, dd: int, m: DaemonMetrics) -> None:
+        """Blocks copied host-to-device (``dh``) and device-to-host (``dd``) this iteration."""
+        if not (dh or dd):
+            return
+        bb = self.cm.block_bytes
+        sh, sd = self.cm.transfer_s(dh, 0), self.cm.transfer_s(0, dd)
+        m.xfer_bytes.labels("h2d").inc(dh * bb)
+        m.xfer_bytes.labels("d2h").inc(dd * bb)
+        m.xfer_seconds.labels("h2d").inc(sh)
+        m.xfer_seconds.labels("d2h").inc(sd)
+        x = self.xfer
+        x["h2d_bytes"] += dh * bb
+        x["d2h_bytes"] += dd * bb
+        x["h2d_s"] += sh
+        x["d2h_s"] += sd
+
+    def _record_rotations(self, res: StepResult, st: EngineState) -> None:
+        """One event per victim (``swap_out`` or ``recompute``) and per swap-in of the plan."""
+        plan, t_end = res.plan, res.t_end
+        if plan.victim_ids.shape[0] == 0 and plan.swap_ids.shape[0] == 0:
+            return
+        wall = time.time()
+        for rid, d2h, mode, forced in zip(plan.victim_ids.tolist(), plan.victim_d2h.tolist(),
+                                          plan.victim_mode.tolist(), plan.victim_forced.tolist()):
+            self.events.append({"time": wall, "sim_time_s": round(t_end, 6), "kind": "swap_out" if mode == 0 else
+                                "recompute", "req_id": rid, "tenant": self._tenant_name(st, rid), "blocks": d2h,
+                                "forced": bool(forced)})
+        for rid, n in zip(plan.swap_ids.tolist(), plan.swap_blocks.tolist()):
+            self.events.append({"time": wall, "sim_time_s": round(t_end, 6), "kind": "swap_in", "req_id": rid,
+                                "tenant": self._tenant_name(st, rid), "blocks": n, "forced": False})
+
+    def _tenant_name(self, st: EngineState, rid: int) -> str:
+        r = st.get_row(rid)
+        return self.names[int(st.tenant[r])] if r is not None else "?"
+
+    def _record_gauges(self, st: EngineState, m: DaemonMetrics, lag: float) -> None:
+        for ph, n in zip(PHASES, phase_counts(st)):
+            m.queue.labels(ph).set(n)
+        led = st.ledger
+        m.blocks_used.labels("hbm").set(led.hbm.used)
+        m.blocks_used.labels("dram").set(led.dram.used)
+        m.blocks_cap.labels("hbm").set(led.hbm.num_blocks)
+        m.blocks_cap.labels("dram").set(led.dram.num_blocks)
+        m.lag.set(lag)
+
+    # ---- transfer rates ------------------------------------------------------------------------
+    def sample_rates(self, now: float) -> None:
+        """Remember the transfer totals at virtual time ``now`` (the engine samples about once a second;
+        :meth:`transfer` reports the rate between the oldest and newest kept sample)."""
+        x = self.xfer
+        self._rates.append((now, x["h2d_bytes"], x["d2h_bytes"], x["h2d_s"], x["d2h_s"]))
+
+    # ---- for /v1/state -------------------------------------------------------------------------
+    def transfer(self) -> dict[str, Any]:
+        """``{h2d: {gbps, busy_share, bytes_total, seconds_total}, d2h: {...}, window_s}``; rates are 0
+        until two samples exist."""
+        out: dict[str, Any] = {}
+        rates = list(self._rates)
+        first = rates[0] if len(rates) > 1 else None
+        last = rates[-1] if len(rates) > 1 else None
+        span = (last[0] - first[0]) if first and last else 0.0
+        for j, d in ((1, "h2d"), (2, "d2h")):
+            gbps = (last[j] - first[j]) / span / 1e9 if span > 0 else 0.0
+            busy = (last[j + 2] - first[j + 2]) / span if span > 0 else 0.0
+            out[d] = {"gbps": round(gbps, 6), "busy_share": round(busy, 6),
+                      "bytes_total": int(self.xfer[f"{d}_bytes"]), "seconds_total": round(self.xfer[f"{d}_s"], 6)}
+        out["window_s"] = round(span, 3)
+        return out
+
+    def planner(self, last: StepResult | None) -> dict[str, Any]:
+        """``{last_s, mean_s, iterations}``; ``last`` is the twin's latest step (None before the first)."""
+        return {"last_s": round(last.plan_s, 9) if last else 0.0,
+                "mean_s": round(self.planner_total / self.iterations, 9) if self.iterations else None,
+                "iterations": self.iterations}
