@@ -137,10 +137,15 @@ def bench_sim(**o: object) -> None:
 
 
 def _table(summary: list[dict]) -> None:
-    click.echo(f"{'policy':<14} {'rps':>6} {'TTFT att %':>18} {'TBT att %':>18} {'TTFT p99 s':>10} {'tok/s':>9} {'rot':>7}")
+    click.echo(f"{'policy':<14} {'rps':>6} {'SLO att %':>18} {'TTFT att %':>18} {'TBT att %':>18} "
+               f"{'gap att %':>9} {'TTFT p99 s':>10} {'tok/s':>9} {'rot':>7}")
     for r in summary:
         def ci(k: str) -> str:
+            if k not in r:
+                return "-"
             m, (lo, hi) = r[k]["mean"], r[k]["ci95"]
             return f"{100 * m:5.1f} [{100 * lo:4.1f},{100 * hi:5.1f}]"
-        click.echo(f"{r['policy']:<14} {r['rps']:>6g} {ci('ttft_attainment'):>18} {ci('tbt_attainment'):>18} "
-                   f"{r['ttft_p99_s']['mean']:>10.2f} {r['throughput_tok_s']['mean']:>9.0f} {r['rotations']['mean']:>7.0f}")
+        gap = f"{100 * r['tbt_gap_attainment']['mean']:9.1f}" if "tbt_gap_attainment" in r else f"{'-':>9}"
+        click.echo(f"{r['policy']:<14} {r['rps']:>6g} {ci('slo_attainment'):>18} {ci('ttft_attainment'):>18} "
+                   f"{ci('tbt_attainment'):>18} {gap} {r['ttft_p99_s']['mean']:>10.2f} "
+                   f"{r['throughput_tok_s']['mean']:>9.0f} {r['rotations']['mean']:>7.0f}")

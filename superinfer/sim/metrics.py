@@ -9,8 +9,12 @@
   (a lower bound, so the tail is never flattered).
 * ``throughput_tok_s``: output tokens produced during the arrival window per second of it (the drain
   after the window, dominated by a few long outputs, is left out).
+* TBT gap attainment (``tbt_gap_attainment``): share of all inter-token gaps of all requests, pooled,
+  within S_B (the paper's client measure; it hides a request that stalls often among many that do not).
+* SLO attainment (``slo_attainment``): share of arrived requests meeting *both* SLOs, what users pay for.
 * ``stall_share``: share of inter-token gaps longer than S_B. ``goodput_rps``: requests meeting both SLOs
-  per second of arrivals. ``jain_fairness``: Jain's index over per-tenant TTFT attainment.
+  per second of arrivals. ``rotations_per_finished``: rotations per finished request.
+  ``jain_fairness``: Jain's index over per-tenant TTFT attainment.
 """
 
 from __future__ import annotations
@@ -40,12 +44,16 @@ def run_metrics(tr: Trace, tenants: TenantTable, duration_s: float) -> dict:
     mean_tbt = np.where(gaps_n > 0, span / np.maximum(gaps_n, 1), 0.0)
     tbt_ok = np.where(gaps_n > 0, mean_tbt <= s_b, finished)
     gap_slo = tenants.tbt_slo[tr.gap_tenant] if tr.gaps.size else np.zeros(0)
+    gap_ok = tr.gaps <= gap_slo
+    slo_ok = ttft_ok & tbt_ok
     out = {
         "arrived": int(n),
         "finished": int(finished.sum()),
         "rejected": int(tr.rejected),
         "ttft_attainment": float(ttft_ok.mean()) if n else 0.0,
         "tbt_attainment": float(tbt_ok.mean()) if n else 0.0,
+        "tbt_gap_attainment": float(gap_ok.mean()) if tr.gaps.size else 1.0,
+        "slo_attainment": float(slo_ok.mean()) if n else 0.0,
         "ttft_p50_s": _pct(ttft, 50),
         "ttft_p90_s": _pct(ttft, 90),
         "ttft_p99_s": _pct(ttft, 99),
@@ -59,6 +67,8 @@ def run_metrics(tr: Trace, tenants: TenantTable, duration_s: float) -> dict:
         "preemptions": int(tr.counters.get("preemptions", 0)),
         "rotations": int(tr.counters.get("rotations", 0)),
         "max_rotations_per_request": int(tr.rotations.max()) if n else 0,
+        "rotations_per_finished": (int(tr.counters.get("rotations", 0)) / int(finished.sum())
+                                   if finished.any() else 0.0),
         "recompute_fallbacks": int(tr.counters.get("recompute_fallbacks", 0)),
         "b_xfer_blocks": int(tr.b_xfer_blocks),
         "max_swap_in_blocks_per_iter": int(tr.max_swap_in_blocks_per_iter),
@@ -81,6 +91,9 @@ def run_metrics(tr: Trace, tenants: TenantTable, duration_s: float) -> dict:
                 "arrived": int(mask.sum()),
                 "ttft_attainment": float(ttft_ok[mask].mean()),
                 "tbt_attainment": float(tbt_ok[mask].mean()),
+                "slo_attainment": float(slo_ok[mask].mean()),
+                "tbt_gap_attainment": (float(gap_ok[tr.gap_tenant == i].mean()) if (tr.gap_tenant == i).any()
+                                       else 1.0),
                 "ttft_p99_s": _pct(ttft[mask], 99),
             }
     if len(per_tenant) > 1:
@@ -91,8 +104,10 @@ def run_metrics(tr: Trace, tenants: TenantTable, duration_s: float) -> dict:
 
 
 SUMMARY_KEYS = (
+    "slo_attainment",
     "ttft_attainment",
     "tbt_attainment",
+    "tbt_gap_attainment",
     "ttft_p50_s",
     "ttft_p99_s",
     "tbt_gap_p99_s",
@@ -101,6 +116,7 @@ SUMMARY_KEYS = (
     "goodput_rps",
     "preemptions",
     "rotations",
+    "rotations_per_finished",
     "recompute_fallbacks",
 )
 
@@ -127,6 +143,8 @@ def summarise(runs: list[dict]) -> list[dict]:
         if variant:
             row["variant"] = variant
         for k in SUMMARY_KEYS:
+            if any(k not in r for r in rs):
+                continue  # runs recorded before this metric existed
             vals = [float(r[k]) for r in rs]
             lo, hi = bootstrap_ci(vals)
             row[k] = {"mean": float(np.mean(vals)), "ci95": [lo, hi]}
