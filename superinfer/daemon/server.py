@@ -17,7 +17,6 @@ import logging
 import os
 import signal
 import time
-from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -32,13 +31,12 @@ from superinfer.daemon.errors import StartError
 from superinfer.daemon.metrics import DaemonMetrics
 from superinfer.daemon.notify import Notifier, watchdog_interval_s
 from superinfer.daemon.params import ParamStore
+from superinfer.daemon.startup import initial_params, persist, probe_bandwidth
 from superinfer.daemon.stats import SloWindow
 from superinfer.daemon.wire import STATE_SCHEMA_VERSION
 
 log = logging.getLogger("superinfer.daemon")
 STALL_S = 30.0  # an engine loop silent this long is stalled (watchdog pings stop, /healthz 503)
-FALLBACK_B_XFER = 64  # the plugin's default when nothing better is known
-PERSISTED_PARAM_KEYS = ("alpha", "delta_b", "delta_f", "min_residency", "max_rotations")
 #: seconds an idle keep-alive connection is kept open. It must exceed the idle expiry of the clients'
 #: connection pools, or the server closes a connection just as a client reuses it for a new request,
 #: which then fails on the client (httpx ``ReadError``/``RemoteProtocolError``) without ever reaching the
@@ -120,89 +118,6 @@ class Daemon:
         live = c.get("arrived", 0) - c.get("finished", 0) - c.get("rejected", 0) - c.get("aborted", 0)
         return (f"{sim}{self.cfg.profile}/{self.backend.name}: {live} live ({self.backend.inflight()} over HTTP), "
                 f"{c.get('arrived', 0)} arrived, {c.get('finished', 0)} finished")
-
-
-def run_probe(daemon: Daemon) -> None:
-    """The startup bandwidth probe (small, a second or two); logs the figures."""
-    cfg, b = daemon.cfg, daemon.backend
-    block_bytes = b.block_bytes()
-    if block_bytes is None:
-        return
-    t0 = time.monotonic()
-    try:
-        from superinfer.duplexkv.probe import run_probe as probe
-
-        size = max(cfg.get("scheduler", "probe_size_mb") << 20, block_bytes)
-        res = probe(block_bytes, device=cfg.d("device"), iteration_s=cfg.get("scheduler", "iteration_s"),
-                    bytes_each_way=size, repeats=cfg.get("scheduler", "probe_repeats"),
-                    eta=cfg.get("scheduler", "eta")).as_dict()
-    except Exception as exc:  # noqa: BLE001 - the daemon serves without a probe, and says so
-        log.error("bandwidth probe failed (%s: %s); B_xfer falls back", type(exc).__name__, exc)
-        return
-    res["elapsed_s"] = round(time.monotonic() - t0, 3)
-    daemon.probe = res
-    daemon.metrics.set_probe(res)
-    log.info("probe: %s (%s), block %d bytes: one way H2D %.2f GB/s, D2H %.2f GB/s; both at once H2D %.2f, "
-             "D2H %.2f GB/s (duplex factor %.2f) -> B_xfer %d blocks per %g s iteration (%.2f s)",
-             res["device"], res["device_name"], block_bytes, res["h2d_gbps"], res["d2h_gbps"],
-             res["duplex_h2d_gbps"], res["duplex_d2h_gbps"], res["duplex_factor"], res["b_xfer_blocks"],
-             res["iteration_s"], res["elapsed_s"])
-    if res.get("note"):
-        log.warning("probe: %s", res["note"])
-
-
-def initial_params(daemon: Daemon) -> ParamStore:
-    cfg, b = daemon.cfg, daemon.backend
-    fixed = cfg.get("scheduler", "b_xfer")
-    if fixed != "auto":
-        b_xfer, b_src = int(fixed), cfg.values["scheduler"]["b_xfer"].source
-    elif b.default_b_xfer() is not None:
-        b_xfer, b_src = int(b.default_b_xfer()), f"{b.name} backend"
-        if b.simulation:
-            log.info("B_xfer %d from the twin's hardware profile %s (the probe measures this host, not the twin)",
-                     b_xfer, cfg.get("engine", "hardware"))
-    elif daemon.probe is not None:
-        b_xfer, b_src = int(daemon.probe["b_xfer_blocks"]), "probe"
-    else:
-        b_xfer, b_src = FALLBACK_B_XFER, "fallback (probe failed or skipped)"
-    params = cfg.params()
-    source = "profile"
-    persisted = lc.read_json(daemon.state_dir / lc.STATE_FILE)
-    if persisted and persisted.get("profile") == cfg.profile:
-        now_profile = {k: cfg.get("scheduler", k) for k in PERSISTED_PARAM_KEYS}
-        if persisted.get("profile_params") == now_profile and isinstance(persisted.get("params"), dict):
-            try:
-                params = params.replace(**{k: persisted["params"][k] for k in PERSISTED_PARAM_KEYS})
-                source = f"state:{daemon.state_dir / lc.STATE_FILE}"
-                log.info("live params restored from %s (the profile's scheduler section is unchanged)",
-                         daemon.state_dir / lc.STATE_FILE)
-            except (KeyError, ValueError, TypeError) as exc:
-                log.warning("ignoring persisted params in %s: %s", daemon.state_dir / lc.STATE_FILE, exc)
-    store = ParamStore(params, b_xfer, cfg.tenants, daemon.state_dir / lc.PARAMS_FILE, source)
-    log.info("params (%s): alpha=%g delta_b=%g delta_f=%g min_residency=%d max_rotations=%d; B_xfer=%d (%s)",
-             source, params.alpha, params.delta_b, params.delta_f, params.min_residency, params.max_rotations,
-             b_xfer, b_src)
-    return store
-
-
-def persist(daemon: Daemon, drain: dict[str, Any] | None) -> Path:
-    cfg = daemon.cfg
-    data = {
-        "profile": cfg.profile,
-        "backend": daemon.backend.name,
-        "simulation": daemon.backend.simulation,
-        "stopped_at": time.time(),
-        "uptime_s": round(time.monotonic() - daemon.started, 3),
-        "params": {k: daemon.store.values[k] for k in PERSISTED_PARAM_KEYS},
-        "b_xfer": daemon.store.values["b_xfer"],
-        "params_version": daemon.store.version,
-        "profile_params": {k: cfg.get("scheduler", k) for k in PERSISTED_PARAM_KEYS},
-        "counters": daemon.backend.counters(),
-        "drain": drain,
-    }
-    path = daemon.state_dir / lc.STATE_FILE
-    lc.write_json_atomic(path, data)
-    return path
 
 
 def make_server(config: uvicorn.Config) -> uvicorn.Server:
@@ -331,7 +246,7 @@ class Serving:
         except Exception:  # noqa: BLE001 - still persist and exit
             log.exception("drain failed")
             self.exit_code = self.exit_code or 1
-        path = persist(d, drain)
+        path = persist(d.state_dir / lc.STATE_FILE, d.cfg, d.backend, d.store, time.monotonic() - d.started, drain)
         log.info("state persisted to %s: %s", path, d.backend.counters())
         self.stop_wait.cancel()
         self.server.should_exit = True
@@ -358,8 +273,10 @@ def run(cfg: Config) -> int:
         log.info("superinferd %s: profile %s (%s), backend %s, state dir %s", __version__, cfg.profile,
                  cfg.profile_path, backend.name, cfg.state_dir)
         if cfg.get("scheduler", "b_xfer") == "auto":
-            run_probe(daemon)
-        daemon.store = initial_params(daemon)
+            daemon.probe = probe_bandwidth(cfg, backend.block_bytes())
+            if daemon.probe is not None:
+                daemon.metrics.set_probe(daemon.probe)
+        daemon.store = initial_params(cfg, backend, daemon.probe, daemon.state_dir)
         daemon.store.listeners.append(backend.on_params)
         daemon.store.listeners.append(lambda v: daemon.metrics.set_params(v, int(v["b_xfer"]), daemon.store.version))
         daemon.metrics.set_params(daemon.store.values, int(daemon.store.values["b_xfer"]), daemon.store.version)
