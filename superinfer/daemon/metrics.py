@@ -9,7 +9,7 @@ PromQL over counters. Label children are created once per tenant so the per-toke
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, disable_created_metrics, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -17,7 +17,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 PHASES = ("waiting", "rotary", "running")
 DIRECTIONS = ("h2d", "d2h")
 TIERS = ("hbm", "dram")
-SLOS = ("ttft", "tbt")
+SLOS = ("ttft", "tbt", "both")
 PARAM_NAMES = ("alpha", "delta_b", "delta_f", "min_residency", "max_rotations")
 
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -57,9 +57,14 @@ class DaemonMetrics:
         self.gap = Histogram(p + "inter_token_seconds", "Time between consecutive output tokens of a request",
                              ["tenant"], buckets=GAP_BUCKETS, registry=r)
         self.slo_ok = Counter(p + "slo_attained_total", "Requests within their SLO (ttft: first token; tbt: "
-                              "mean inter-token time at finish)", ["tenant", "slo"], registry=r)
-        self.slo_bad = Counter(p + "slo_violations_total", "Requests outside their SLO", ["tenant", "slo"],
-                               registry=r)
+                              "mean inter-token time at finish; both: TTFT and TBT, at finish)", ["tenant", "slo"],
+                              registry=r)
+        self.slo_bad = Counter(p + "slo_violations_total", "Requests outside their SLO (both: at the first token "
+                               "when TTFT missed, else at finish)", ["tenant", "slo"], registry=r)
+        self.gap_ok = Counter(p + "inter_token_slo_attained_total", "Inter-token gaps within the tenant's TBT SLO",
+                              ["tenant"], registry=r)
+        self.gap_bad = Counter(p + "inter_token_slo_violations_total", "Inter-token gaps longer than the tenant's "
+                               "TBT SLO", ["tenant"], registry=r)
         self.queue = Gauge(p + "queue_requests", "Live requests by phase", ["phase"], registry=r)
         self.blocks_used = Gauge(p + "kv_blocks_used", "KV blocks in use by tier", ["tier"], registry=r)
         self.blocks_cap = Gauge(p + "kv_blocks_capacity", "KV blocks in the pool by tier", ["tier"], registry=r)
@@ -68,6 +73,8 @@ class DaemonMetrics:
         self.xfer_seconds = Counter(p + "kv_transfer_seconds_total", "Link busy time by direction",
                                     ["direction"], registry=r)
         self.rotations = Counter(p + "rotations_total", "Preemptions that parked KV in DRAM", registry=r)
+        self.tenant_rotations = Counter(p + "tenant_rotations_total", "Rotations by the tenant of the rotated "
+                                        "request (sums to superinfer_rotations_total)", ["tenant"], registry=r)
         self.preemptions = Counter(p + "preemptions_total", "Requests preempted (any mode)", registry=r)
         self.recompute = Counter(p + "recompute_fallbacks_total", "Preemptions that dropped KV to recompute",
                                  registry=r)
@@ -93,6 +100,9 @@ class DaemonMetrics:
         self.t_gap = {t: self.gap.labels(t) for t in self.tenants}
         self.t_ok = {(t, s): self.slo_ok.labels(t, s) for t in self.tenants for s in SLOS}
         self.t_bad = {(t, s): self.slo_bad.labels(t, s) for t in self.tenants for s in SLOS}
+        self.t_gap_ok = {t: self.gap_ok.labels(t) for t in self.tenants}
+        self.t_gap_bad = {t: self.gap_bad.labels(t) for t in self.tenants}
+        self.t_rotations = {t: self.tenant_rotations.labels(t) for t in self.tenants}
         for d in DIRECTIONS:
             self.xfer_bytes.labels(d)
             self.xfer_seconds.labels(d)
@@ -104,12 +114,45 @@ class DaemonMetrics:
 
     # ---- per event ---------------------------------------------------------------------------
     def observe_first_token(self, tenant: str, ttft_s: float, ok: bool) -> None:
+        """A request's first token, ``ttft_s`` after arrival; ``ok``: within S_F. A miss also decides
+        ``slo="both"`` now (a violation): the request cannot meet both SLOs any more."""
         self.t_ttft[tenant].observe(ttft_s)
         (self.t_ok if ok else self.t_bad)[(tenant, "ttft")].inc()
+        if not ok:
+            self.t_bad[(tenant, "both")].inc()
 
-    def observe_finished(self, tenant: str, tbt_ok: bool) -> None:
+    def observe_finished(self, tenant: str, tbt_ok: bool, ttft_ok: bool | None) -> None:
+        """A request finished; ``tbt_ok``: its mean inter-token time was within S_B; ``ttft_ok``: what
+        :meth:`observe_first_token` was told for it, or None when it never had a first token observed.
+
+        ``slo="both"``: attained iff ``ttft_ok and tbt_ok``; a violation when ``ttft_ok`` is True and
+        ``tbt_ok`` False, or ``ttft_ok`` is None; nothing when ``ttft_ok`` is False (counted at the first
+        token). So every request is counted under ``both`` at most once, and exactly once if it finished
+        or missed TTFT."""
         self.t_finished[tenant].inc()
         (self.t_ok if tbt_ok else self.t_bad)[(tenant, "tbt")].inc()
+        if ttft_ok is None:
+            self.t_bad[(tenant, "both")].inc()
+        elif ttft_ok:
+            (self.t_ok if tbt_ok else self.t_bad)[(tenant, "both")].inc()
+
+    def observe_gap(self, tenant: str, gap_s: float, ok: bool) -> None:
+        """One inter-token gap of ``tenant``; ``ok``: ``gap_s <= S_B``."""
+        self.t_gap[tenant].observe(gap_s)
+        (self.t_gap_ok if ok else self.t_gap_bad)[tenant].inc()
+
+    def observe_gaps(self, tenant: str, gaps_s: Sequence[float], n_ok: int) -> None:
+        """Many inter-token gaps of ``tenant`` at once, ``n_ok`` of them within S_B
+        (``0 <= n_ok <= len(gaps_s)``)."""
+        if not 0 <= n_ok <= len(gaps_s):
+            raise ValueError(f"n_ok must be within [0, {len(gaps_s)}], got {n_ok}")
+        h = self.t_gap[tenant]
+        for x in gaps_s:
+            h.observe(x)
+        if n_ok:
+            self.t_gap_ok[tenant].inc(n_ok)
+        if len(gaps_s) > n_ok:
+            self.t_gap_bad[tenant].inc(len(gaps_s) - n_ok)
 
     def set_params(self, values: dict[str, float], b_xfer: int, version: int) -> None:
         for name in PARAM_NAMES:

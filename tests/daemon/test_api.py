@@ -46,6 +46,9 @@ def test_state_fields(daemon) -> None:
     assert voice["ttft_slo_s"] == 1.0 and voice["tbt_slo_s"] == 0.05 and voice["weight"] == 4.0
     w = s["tenants"]["chat"]["window"]
     assert w["requests"] >= 1 and w["ttft_attainment"] is not None and w["ttft_p99_s"] >= w["ttft_p50_s"] > 0
+    assert w["finished"] >= 1 and 0.0 <= w["slo_attainment"] <= min(w["ttft_attainment"], w["tbt_attainment"])
+    assert w["tbt_gaps"] >= 2 and 0.0 <= w["tbt_gap_attainment"] <= 1.0
+    assert w["rotations"] >= 0 and w["rotations_per_finished"] == round(w["rotations"] / w["finished"], 6)
     assert s["counters"]["arrived"] >= 1
     assert isinstance(s["rotation_events"], list)
 
@@ -101,6 +104,9 @@ def test_metrics_names(daemon) -> None:
         "superinfer_kv_transfer_bytes_total": "counter",
         "superinfer_kv_transfer_seconds_total": "counter",
         "superinfer_rotations_total": "counter",
+        "superinfer_tenant_rotations_total": "counter",
+        "superinfer_inter_token_slo_attained_total": "counter",
+        "superinfer_inter_token_slo_violations_total": "counter",
         "superinfer_preemptions_total": "counter",
         "superinfer_recompute_fallbacks_total": "counter",
         "superinfer_planner_seconds": "histogram",
@@ -125,6 +131,8 @@ def test_metrics_names(daemon) -> None:
     assert 'superinfer_simulation 1.0' in text
     assert re.search(r'superinfer_time_to_first_token_seconds_count\{tenant="chat"\} [1-9]', text)
     assert re.search(r'superinfer_slo_attained_total\{slo="ttft",tenant="chat"\} [1-9]', text)
+    assert re.search(r'superinfer_slo_(attained|violations)_total\{slo="both",tenant="chat"\} [1-9]', text)
+    assert re.search(r'superinfer_inter_token_slo_attained_total\{tenant="chat"\} [0-9]', text)
     assert 'superinfer_scheduler_param{param="alpha"} 3.0' in text
     assert re.search(r'superinfer_queue_requests\{phase="waiting"\}', text)
 

@@ -127,3 +127,58 @@ def test_stop_admission_refuses_and_the_drain_deadline_aborts_waiters(tmp_path):
     assert drained["aborted"] == 1 and drained["counters"]["aborted"] == 1
     assert aborted.status_code == 503 and aborted.json()["error"]["message"].startswith("aborted")
     assert backend.inflight() == 0 and backend.crashed is None
+
+
+WINDOW_KEYS = {"requests", "finished", "ttft_attainment", "tbt_attainment", "slo_attainment", "tbt_gaps",
+               "tbt_gap_attainment", "rotations", "rotations_per_finished", "ttft_p50_s", "ttft_p99_s",
+               "tbt_p50_s", "tbt_p99_s"}
+
+
+def test_state_document_carries_the_slo_window(tmp_path):
+    """``Daemon.state()`` (the ``/v1/state`` document) of a daemon serving through the sim backend: every
+    tenant's window has both-SLO attainment, pooled-gap attainment and rotations per finished request,
+    agreeing with the answers the clients got and with ``/metrics``."""
+    from superinfer.daemon.server import Daemon
+
+    (tmp_path / "test.toml").write_text(TEST_PROFILE)
+    cfg = resolve(None, profile_file=str(tmp_path / "test.toml"),
+                  env={"XDG_CONFIG_HOME": str(tmp_path / "c"), "XDG_STATE_HOME": str(tmp_path / "s")})
+    backend = SimBackend(cfg)
+    daemon = Daemon(cfg, backend)
+    daemon.store = ParamStore(cfg.params(), 256, cfg.tenants, tmp_path / "params.json", "test")
+    app = FastAPI()
+    backend.register_routes(app, daemon)
+    sent = [("chat", 6)] * 3 + [("voice", 5)] * 3 + [("voice", 1)]
+
+    async def go():
+        await backend.start(daemon)
+        daemon.ready = True
+        async with client(app) as c:
+            answers = await asyncio.gather(*(c.post("/v1/completions", json={
+                "prompt": "x" * 400, "max_tokens": n, "vllm_xargs": {"tenant": t}}) for t, n in sent))
+        doc = daemon.state()
+        await backend.drain(1.0)
+        await backend.close()
+        return answers, doc
+
+    answers, doc = asyncio.run(go())
+    assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
+    slos = {t.name: t for t in cfg.tenants}
+    m = daemon.metrics.registry.get_sample_value
+    for name in ("chat", "voice"):
+        w = doc["tenants"][name]["window"]
+        assert set(w) == WINDOW_KEYS
+        mine = [(n, a.json()["superinfer"]) for (t, n), a in zip(sent, answers) if t == name]
+        both = sum(s["ttft_s"] <= slos[name].ttft_slo and (s["tbt_mean_s"] or 0.0) <= slos[name].tbt_slo
+                   for _, s in mine)
+        assert w["finished"] == w["requests"] == len(mine)
+        assert w["slo_attainment"] == round(both / len(mine), 6)
+        assert w["tbt_gaps"] == sum(n - 1 for n, _ in mine) > 0
+        assert w["tbt_gap_attainment"] == round(
+            m("superinfer_inter_token_slo_attained_total", {"tenant": name}) / w["tbt_gaps"], 6)
+        assert m("superinfer_slo_attained_total", {"tenant": name, "slo": "both"}) == both
+        assert m("superinfer_slo_violations_total", {"tenant": name, "slo": "both"}) == len(mine) - both
+        # the sim attributes rotations to tenants: a number (none at this load), not null
+        assert w["rotations"] == m("superinfer_tenant_rotations_total", {"tenant": name}) == 0
+        assert w["rotations_per_finished"] == 0.0
+    assert doc["slo_window_s"] == 60.0 and doc["simulation"] is True

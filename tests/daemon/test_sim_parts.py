@@ -29,8 +29,9 @@ from superinfer.daemon.httputil import HttpError
 from superinfer.daemon.metrics import DaemonMetrics
 from superinfer.daemon.stats import SloWindow
 from superinfer.sim.costmodel import CostModel
-from superinfer.sim.engine import SimConfig
+from superinfer.sim.engine import SimConfig, Trace
 from superinfer.sim.hardware import get_hardware
+from superinfer.sim.metrics import run_metrics
 from superinfer.sim.models import get_model
 
 TENANTS = [Tenant("chat", 2.0, 0.08), Tenant("voice", 1.0, 0.05, 4.0)]
@@ -82,16 +83,17 @@ def _value(m: DaemonMetrics, name: str, **labels: str) -> float:
     return 0.0 if v is None else v
 
 
-def _twin(policy: str, hbm_blocks: int = 200) -> tuple[CostModel, LiveTwin]:
+def _twin(policy: str, hbm_blocks: int = 200, tenants: list[Tenant] = TENANTS) -> tuple[CostModel, LiveTwin]:
     cm = CostModel(get_model("llama-3-8b"), get_hardware("gh200"), 16)
-    cfg = SimConfig(policy=policy, max_num_seqs=32, hbm_blocks=hbm_blocks, b_xfer=64, tenants=TenantTable(TENANTS))
+    cfg = SimConfig(policy=policy, max_num_seqs=32, hbm_blocks=hbm_blocks, b_xfer=64, tenants=TenantTable(tenants))
     return cm, LiveTwin(cm, cfg)
 
 
 def _run(twin: LiveTwin, rec: StepRecorder | None, m: DaemonMetrics, slo: SloWindow, n: int = 30,
-         max_steps: int | None = None) -> list:
+         max_steps: int | None = None, results: list | None = None) -> list:
     """Replay ``n`` requests into the twin and step it until everything finished (or ``max_steps``);
-    record each step when ``rec`` is given. Returns the Finished records."""
+    record each step when ``rec`` is given, append each StepResult to ``results`` when given. Returns
+    the Finished records."""
     rp, t, admitted, steps, finished = make_replay(), 0.0, 0, 0, []
     while max_steps is None or steps < max_steps:
         while admitted < n and rp.next_time() <= t:
@@ -109,6 +111,8 @@ def _run(twin: LiveTwin, rec: StepRecorder | None, m: DaemonMetrics, slo: SloWin
         if rec is not None:
             rec.record(res, twin.state, m, slo, 0.125)
         finished.extend(res.sampled.finished)
+        if results is not None:
+            results.append(res)
         t = res.t_end
     return finished
 
@@ -165,6 +169,83 @@ def test_recorder_counts_what_the_twin_counts(policy):
     assert _value(m, "superinfer_kv_blocks_capacity", tier="hbm") == twin.hbm_blocks == 200
     assert _value(m, "superinfer_kv_blocks_used", tier="hbm") == twin.state.ledger.hbm.used
     assert _value(m, "superinfer_sim_lag_seconds") == 0.125
+
+
+#: SLOs under which, on this workload, TTFT and TBT fail different requests (chat: a lax TTFT and a tight
+#: TBT; voice: the reverse), so "both" differs from each
+SPLIT_TENANTS = [Tenant("chat", 30.0, 0.02), Tenant("voice", 1.0, 0.05, 4.0)]
+
+
+@pytest.mark.parametrize("policy", ["lvf", "vllm-offload", "vllm"])
+def test_recorder_reports_both_slos_pooled_gaps_and_rotations_as_the_simulator(policy):
+    """The new SLO measures, computed here from the twin's Finished records and StepResults, in the
+    counters and the window; on a drained run the window equals the simulator's own run metrics."""
+    tenants = SPLIT_TENANTS
+    cm, twin = _twin(policy, tenants=tenants)
+    m, slo = _metrics(), SloWindow(NAMES, 1e6)
+    rec = StepRecorder(cm, tenants, twin.state.counters, max_events=1 << 20)
+    results: list = []
+    finished = _run(twin, rec, m, slo, results=results)
+    c = twin.state.counters
+    assert len(finished) == 30 and c.preemptions > 0, "a loaded run that drained"
+    gaps = np.concatenate([r.sampled.gaps for r in results])
+    gap_tenant = np.concatenate([r.sampled.gap_tenant for r in results])
+    window = slo.summary()
+    # a victim rotates when it keeps KV in DRAM: min(host blocks + copied, synced + syncing + copied) > 0,
+    # read from the plan and the snapshot it was made from (the recorder reads the state after the step)
+    rotated: Counter = Counter()
+    for r in results:
+        snap, plan = r.snapshot, r.plan
+        row = {rid: i for i, rid in enumerate(snap.req_id.tolist())}
+        for rid, d2h in zip(plan.victim_ids.tolist(), plan.victim_d2h.tolist()):
+            i = row[rid]
+            if min(snap.blocks_dram[i] + d2h, snap.synced[i] + snap.syncing[i] + d2h) > 0:
+                rotated[NAMES[int(snap.tenant[i])]] += 1
+    assert sum(rotated.values()) == c.rotations
+    if policy == "vllm":
+        assert c.rotations == 0
+    else:
+        assert c.rotations > 0
+    ttft_not_tbt = tbt_not_ttft = 0
+    for ti, name in enumerate(NAMES):
+        t = tenants[ti]
+        mine = [f for f in finished if f.tenant == ti]
+        ttft_ok = [f.t_first - f.t_arr <= t.ttft_slo for f in mine]
+        tbt_ok = [(f.t_end - f.t_first) / max(f.outputs - 1, 1) <= t.tbt_slo for f in mine]
+        both = sum(a and b for a, b in zip(ttft_ok, tbt_ok))
+        ttft_not_tbt += sum(a and not b for a, b in zip(ttft_ok, tbt_ok))
+        tbt_not_ttft += sum(b and not a for a, b in zip(ttft_ok, tbt_ok))
+        g = gaps[gap_tenant == ti]
+        g_ok = int((g <= t.tbt_slo).sum())
+        # /metrics: every request decided once (all finished): TTFT misses at their first token, the rest at finish
+        assert _value(m, "superinfer_slo_attained_total", tenant=name, slo="both") == both
+        assert _value(m, "superinfer_slo_violations_total", tenant=name, slo="both") == len(mine) - both
+        assert _value(m, "superinfer_inter_token_slo_attained_total", tenant=name) == g_ok
+        assert _value(m, "superinfer_inter_token_slo_violations_total", tenant=name) == g.size - g_ok
+        assert _value(m, "superinfer_inter_token_seconds_count", tenant=name) == g.size
+        assert _value(m, "superinfer_tenant_rotations_total", tenant=name) == rotated[name]
+        # /v1/state window
+        w = window[name]
+        assert w["finished"] == len(mine) and w["slo_attainment"] == round(both / len(mine), 6)
+        assert w["tbt_gaps"] == g.size and w["tbt_gap_attainment"] == round(g_ok / g.size, 6)
+        assert w["rotations"] == rotated[name]
+        assert w["rotations_per_finished"] == round(rotated[name] / len(mine), 6)
+    assert _value(m, "superinfer_rotations_total") == sum(
+        _value(m, "superinfer_tenant_rotations_total", tenant=n) for n in NAMES)
+    assert ttft_not_tbt > 0 and tbt_not_ttft > 0, "'both' differs from 'ttft' and from 'tbt' here"
+    assert any(window[n]["tbt_gap_attainment"] != window[n]["tbt_attainment"] for n in NAMES)
+    # the simulator's metrics of the same run (superinfer.sim.metrics), from the Finished records
+    f_arr = {k: np.array([getattr(f, k) for f in finished]) for k in ("t_arr", "t_first", "t_end", "outputs",
+                                                                         "rotations", "tenant")}
+    tr = Trace(f_arr["t_arr"], f_arr["t_first"], f_arr["t_end"], f_arr["outputs"], f_arr["t_end"],
+               f_arr["rotations"], f_arr["tenant"], gaps, gap_tenant, counters=dict(vars(c)),
+               sim_s=float(results[-1].t_end), wall_s=1.0)
+    ref = run_metrics(tr, TenantTable(tenants), float(results[-1].t_end))
+    for name in NAMES:
+        for key in ("slo_attainment", "tbt_gap_attainment", "tbt_attainment", "ttft_attainment"):
+            assert window[name][key] == pytest.approx(ref["tenants"][name][key], abs=1e-6), (name, key)
+    total_rot = sum(window[n]["rotations"] for n in NAMES)
+    assert total_rot / sum(window[n]["finished"] for n in NAMES) == pytest.approx(ref["rotations_per_finished"])
 
 
 def test_recorder_counts_from_its_construction():

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -86,11 +87,22 @@ weight = 2.0
         assert bad.status_code == 400 and "unknown tenant" in bad.json()["error"]["message"]
         s = d.state()
         assert s["tenants"]["voice"]["window"]["requests"] == 1  # the streamed one was timed
+        w = s["tenants"]["voice"]["window"]
+        assert w["finished"] == 1 and w["slo_attainment"] in (0.0, 1.0)
+        assert w["slo_attainment"] <= min(w["ttft_attainment"], w["tbt_attainment"])
+        assert w["tbt_gaps"] == len(chunks) - 2  # one event per token, no gap before the first, [DONE]
+        assert w["rotations"] is None and w["rotations_per_finished"] is None  # not attributed by this backend
         assert s["tenants"]["chat"]["window"]["requests"] == 0
         assert s["counters"]["arrived"] == s["counters"]["finished"] == 2
         metrics = d.get("/metrics").text
         assert 'superinfer_requests_finished_total{tenant="voice"} 2.0' in metrics
         assert 'superinfer_simulation 0.0' in metrics
+        decided = sum(float(v) for v in re.findall(
+            r'superinfer_slo_(?:attained|violations)_total\{slo="both",tenant="voice"\} (\S+)', metrics))
+        assert decided == 1.0, "the streamed request decided 'both' once"
+        gap_counts = sum(float(v) for v in re.findall(
+            r'superinfer_inter_token_slo_(?:attained|violations)_total\{tenant="voice"\} (\S+)', metrics))
+        assert gap_counts == w["tbt_gaps"]
         r = d.put("/v1/params", json={"alpha": 5.0}, headers=d.headers())
         assert r.status_code == 200
         on_disk = json.loads((d.state_dir / "params.json").read_text())

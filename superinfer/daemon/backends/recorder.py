@@ -7,12 +7,20 @@ knows nothing of HTTP. Invariants: the Prometheus counters ``superinfer_preempti
 ``superinfer_rotations_total``, ``superinfer_recompute_fallbacks_total`` and the transfer counters grow by
 exactly what the state's :class:`~superinfer.core.Counters` grew by since the previous record (or since
 construction), so after every record they equal the state's counters minus those at construction;
-``superinfer_iterations_total`` counts records. Not thread-safe: the owner serializes :meth:`record` and
-the readers (the sim backend holds its lock); :meth:`sample_rates` only appends to a bounded deque.
+``superinfer_tenant_rotations_total`` (and :meth:`~superinfer.daemon.stats.SloWindow.rotated`) attribute
+each of those rotations to the tenant of the rotated request, so they sum to the rotation delta (a
+disagreement is logged as an error);
+``superinfer_iterations_total`` counts records. Per finished request (a
+:class:`~superinfer.core.state.Finished`): TTFT met iff ``t_first - t_arr <= S_F``, TBT met iff
+``(t_end - t_first) / (outputs - 1) <= S_B`` (0 for one token), both iff both, as
+:mod:`superinfer.sim.metrics` judges a finished request; every inter-token gap is judged against S_B.
+Not thread-safe: the owner serializes :meth:`record` and the readers (the sim backend holds its lock);
+:meth:`sample_rates` only appends to a bounded deque.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -28,6 +36,7 @@ if TYPE_CHECKING:
     from superinfer.sim.costmodel import CostModel
     from superinfer.sim.engine import StepResult
 
+log = logging.getLogger("superinfer.daemon")
 PHASES = ("waiting", "rotary", "running")  # index = int(Phase)
 _COUNTED = ("preemptions", "rotations", "recompute_fallbacks")
 
@@ -61,6 +70,8 @@ class StepRecorder:
         self.events: deque[dict[str, Any]] = deque(maxlen=max_events)
         self._rates: deque[tuple[float, float, float, float, float]] = deque(maxlen=max_rates)
         self.xfer = {"h2d_bytes": 0.0, "d2h_bytes": 0.0, "h2d_s": 0.0, "d2h_s": 0.0}
+        self._tracking = False  # told the SLO window that rotations are attributed to tenants
+        self._mismatch_logged = False
 
     # ---- per iteration -------------------------------------------------------------------------
     def record(self, res: StepResult, st: EngineState, m: DaemonMetrics, slo: SloWindow, lag: float) -> None:
@@ -79,6 +90,7 @@ class StepRecorder:
                 metric.inc(delta)
         self._record_transfers(c.h2d_blocks - seen["h2d_blocks"], c.d2h_blocks - seen["d2h_blocks"], m)
         self._record_rotations(res, st)
+        self._record_tenant_rotations(res, st, c.rotations - seen["rotations"], m, slo)
         self._seen = dict(vars(c))
         now_m = time.monotonic()
         if s.tenant.shape[0]:
@@ -92,16 +104,15 @@ class StepRecorder:
         gaps, gap_tenant = s.gaps, s.gap_tenant
         if gaps.shape[0]:
             for ti in np.unique(gap_tenant).tolist():
-                g = gaps[gap_tenant == ti].tolist()
-                h = m.t_gap[names[ti]]
-                for x in g:
-                    h.observe(x)
-                slo.gaps(names[ti], g, now_m)
+                g = gaps[gap_tenant == ti]
+                n_ok = slo.gaps(names[ti], g, now_m, slo_s=float(self.tbt_slo[ti]))
+                m.observe_gaps(names[ti], g.tolist(), n_ok)
         for f in s.finished:
             mean = (f.t_end - f.t_first) / (f.outputs - 1) if f.outputs > 1 else 0.0
-            ok = mean <= self.tbt_slo[f.tenant]
-            m.observe_finished(names[f.tenant], ok)
-            slo.finished(names[f.tenant], mean, ok, now_m)
+            ok = bool(mean <= self.tbt_slo[f.tenant])
+            ttft_ok = bool(f.t_first - f.t_arr <= self.ttft_slo[f.tenant])
+            m.observe_finished(names[f.tenant], ok, ttft_ok)
+            slo.finished(names[f.tenant], mean, ok, now_m, ttft_ok=ttft_ok)
         self._record_gauges(st, m, lag)
 
     def _record_transfers(self, dh: int, dd: int, m: DaemonMetrics) -> None:
@@ -134,6 +145,33 @@ class StepRecorder:
         for rid, n in zip(plan.swap_ids.tolist(), plan.swap_blocks.tolist()):
             self.events.append({"time": wall, "sim_time_s": round(t_end, 6), "kind": "swap_in", "req_id": rid,
                                 "tenant": self._tenant_name(st, rid), "blocks": n, "forced": False})
+
+    def _record_tenant_rotations(self, res: StepResult, st: EngineState, total: int, m: DaemonMetrics,
+                                 slo: SloWindow) -> None:
+        """Attribute this iteration's ``total`` rotations to tenants. A victim rotated iff it kept KV
+        blocks in DRAM (the condition under which :meth:`EngineState.apply` counts a rotation; a victim is
+        neither swapped in nor retired in its own iteration, so its row still shows it). Should the two
+        ever disagree (a bug in the core's accounting), the tenants get what was found, the total stays
+        the state's, and the first disagreement is logged as an error: a metric does not stop serving."""
+        if not self._tracking:
+            slo.track_rotations()
+            self._tracking = True
+        vids = res.plan.victim_ids
+        if vids.shape[0] == 0 and not total:
+            return
+        rows = st.rows_of(vids)
+        rotated = rows[st.blocks_dram[rows] > 0]
+        if rotated.shape[0] != total and not self._mismatch_logged:
+            self._mismatch_logged = True
+            log.error("rotation attribution found %d rotated victims where the state counted %d "
+                      "(iteration ending at %.6f s); per-tenant rotations are off from here",
+                      rotated.shape[0], total, res.t_end)
+        if rotated.shape[0]:
+            now_m = time.monotonic()
+            for ti, n in enumerate(np.bincount(st.tenant[rotated], minlength=len(self.names)).tolist()):
+                if n:
+                    m.t_rotations[self.names[ti]].inc(n)
+                    slo.rotated(self.names[ti], n, now_m)
 
     def _tenant_name(self, st: EngineState, rid: int) -> str:
         r = st.get_row(rid)

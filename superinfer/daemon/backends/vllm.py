@@ -73,6 +73,18 @@ def hf_block_bytes(model_path: str, block_size: int, dtype: str) -> int | None:
         return None
 
 
+def is_token_event(line: str) -> bool:
+    """Whether one line of vLLM's SSE stream carries output: a ``data:`` event other than ``[DONE]``, the
+    usage-only event (``stream_options.include_usage``: ``"choices":[]``) and the chat stream's opening
+    role event (``"delta":{"role":"assistant","content":""}``, sent just before the first token's). vLLM
+    sends one such event per engine step that produced text for the request, so the proxy times events,
+    not tokens: steps whose text vLLM holds back (stop strings, tool or reasoning parsers) merge into the
+    next event. vLLM serializes compactly, and a quote inside a string is escaped, so the substrings
+    match only JSON keys."""
+    return (line.startswith("data: ") and line != "data: [DONE]" and '"choices":[]' not in line
+            and '"role":' not in line)
+
+
 class VllmBackend(Backend):
     name = "vllm"
     simulation = False
@@ -255,32 +267,35 @@ class VllmBackend(Backend):
 
         async def stream():
             first = last = None
+            ttft_ok: bool | None = None
             gaps: list[float] = []
             outcome = "failed"
             try:
                 async with self._client.stream("POST", path, json=body) as r:
                     async for line in r.aiter_lines():
-                        if line.startswith("data: ") and line != "data: [DONE]":
+                        if is_token_event(line):
                             now = time.monotonic()
                             if first is None:
                                 first = now
                                 ttft = now - t0
-                                ok = ttft <= slo.ttft_slo
-                                m.observe_first_token(tenant, ttft, ok)
-                                h.slo.first_token(tenant, ttft, ok)
+                                ttft_ok = ttft <= slo.ttft_slo
+                                m.observe_first_token(tenant, ttft, ttft_ok)
+                                h.slo.first_token(tenant, ttft, ttft_ok)
                             else:
-                                gaps.append(now - last)
-                                m.t_gap[tenant].observe(now - last)
+                                gap = now - last
+                                gaps.append(gap)
+                                m.observe_gap(tenant, gap, gap <= slo.tbt_slo)
                             last = now
                             m.t_tokens[tenant].inc()
                         yield line + "\n"
                     outcome = "finished" if r.status_code == 200 else "failed"
             finally:
+                # gaps enter the SLO window when the stream ends, finished or not (all were observed)
+                h.slo.gaps(tenant, gaps, slo_s=slo.tbt_slo)
                 if outcome == "finished":
                     mean = sum(gaps) / len(gaps) if gaps else 0.0
-                    m.observe_finished(tenant, mean <= slo.tbt_slo)
-                    h.slo.finished(tenant, mean, mean <= slo.tbt_slo)
-                    h.slo.gaps(tenant, gaps)
+                    m.observe_finished(tenant, mean <= slo.tbt_slo, ttft_ok)
+                    h.slo.finished(tenant, mean, mean <= slo.tbt_slo, ttft_ok=ttft_ok)
                 self._done(outcome)
 
         return StreamingResponse(stream(), media_type="text/event-stream")
