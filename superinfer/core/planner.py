@@ -1,7 +1,7 @@
 """One planning iteration, shared by every policy (design §3.2).
 
-A policy is a :class:`PolicySpec`: three orderings and a few switches. :func:`build_plan` walks them in
-four short steps, each a function you can read top to bottom:
+A policy is a :class:`~superinfer.core.orders.PolicySpec`: three orderings and a few switches.
+:func:`build_plan` walks them in four short steps, each a function you can read top to bottom:
 
 1. ``_continue_loads``: swap-ins already under way get host-to-device budget first.
 2. ``_serve_running``: running requests get their decode token (or prefill chunk) in the policy's
@@ -21,62 +21,34 @@ Invariants kept here (checked by the property tests):
 * a victim's blocks are counted free in the same iteration: the engine must finish the victim's
   copy-out before compute writes those blocks (DuplexKV rule 2; vLLM's ``handle_preemptions``);
 * the plan is a pure function of its inputs.
+
+Cost (``superinferd bench sched``): the row sets are found once per plan (``_Work``), the victim order
+is sorted once, candidates are sorted only as far as the walk goes, and the walk keeps its decisions in
+Python lists that are written to the plan's arrays once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 import numpy as np
 
-from superinfer.core.types import Capacity, Params, Phase, Plan, Snapshot, TenantTable, VictimMode
+from superinfer.core.orders import Ctx, PolicySpec
+from superinfer.core.types import Capacity, Phase, Plan, Snapshot, VictimMode
 
 _NEG_INF = float("-inf")
+_RUNNING = int(Phase.RUNNING)  # a plain int: comparing an array with an IntEnum member is several times slower
 _SWAP = int(VictimMode.SWAP)
 _RECOMPUTE = int(VictimMode.RECOMPUTE)
-
-
-@dataclass
-class Ctx:
-    """Everything an ordering may look at. ``vlt`` is filled only for policies that rank by VLT."""
-
-    snap: Snapshot
-    cap: Capacity
-    params: Params
-    tenants: TenantTable
-    now: float
-    vlt: np.ndarray | None = None
-
-
-@dataclass(frozen=True)
-class PolicySpec:
-    """A scheduling policy as orderings plus switches.
-
-    ``running_order(ctx, rows)``: the order running requests are served.
-    ``victim_order(ctx, rows)``: running requests, first victim first.
-    ``candidate_order(ctx, rows)``: a stream of waiting/rotary rows, first admitted first.
-    """
-
-    name: str
-    running_order: Callable[[Ctx, np.ndarray], np.ndarray]
-    victim_order: Callable[[Ctx, np.ndarray], np.ndarray]
-    candidate_order: Callable[[Ctx, np.ndarray], Iterator[int]]
-    decodes_first: bool = False
-    discretionary: bool = False  # may preempt running requests to admit a candidate (LVF only)
-    save_tail: bool = False  # victims copy their unsynced tail out (else it is recomputed)
-    eager_sync: bool = False  # copy full blocks to DRAM as they fill
-    admit_after_preempt: bool = False  # vLLM admits nothing in a step that preempted
-    token_cap: Callable[[Params], int] | None = None  # sarathi's stall-free budget
-    uses_vlt: bool = False
 
 
 class _Work:
     """The mutable ledger of one plan; rows are snapshot rows."""
 
-    def __init__(self, snap: Snapshot, cap: Capacity, token_budget: int) -> None:
+    def __init__(self, ctx: Ctx, spec: PolicySpec, token_budget: int) -> None:
+        snap, cap = ctx.snap, ctx.cap
         n = len(snap)
-        self.snap = snap
+        self.ctx, self.spec, self.snap = ctx, spec, snap
         self.bs = cap.block_size
         self.free = cap.free_blocks
         self.tokens = token_budget
@@ -84,15 +56,17 @@ class _Work:
         self.d2h = cap.b_xfer
         self.dram = cap.dram_free_blocks
         # The row sets every step works on, computed once (each is one pass over all rows).
-        running = snap.phase == Phase.RUNNING
+        running = snap.phase == _RUNNING
         idle = ~snap.busy
         loading = snap.h2d_pending > 0
+        held = snap.blocks_hbm > 0
         self.running = np.flatnonzero(running & ~loading & idle)  # servable and preemptible
         self.loading = np.flatnonzero(loading & idle)  # swap-ins under way
-        self.cands = np.flatnonzero(~running & (snap.blocks_hbm == 0) & idle)  # waiting and parked
-        self.seqs = int(np.count_nonzero(running | (snap.blocks_hbm > 0)))
+        self.is_cand = ~(running | held) & idle  # waiting and parked: no device blocks
+        self.cands = np.flatnonzero(self.is_cand)
+        self.seqs = int(np.count_nonzero(running | held))
         self.max_seqs = cap.max_num_seqs
-        self.admitted: list[int] = []
+        self.admitted = np.zeros(0, np.int64)
         self.sched = np.zeros(n, np.int64)
         self.alloc = np.zeros(n, np.int64)
         self.swap = np.zeros(n, np.int64)
@@ -101,63 +75,43 @@ class _Work:
         self.victim_mode = np.zeros(n, np.int8)
         self.forced = np.zeros(n, np.bool_)
         self.sync = np.zeros(n, np.int64)
+        self._victim_order: np.ndarray | None = None
 
-    def unsynced(self, r: int) -> int:
-        """Device blocks of ``r`` holding KV with no host copy, finished or in flight."""
+    def victim_order(self) -> np.ndarray:
+        """Every servable running row, first victim first; sorted once per plan (subsets filter it)."""
+        if self._victim_order is None:
+            self._victim_order = self.spec.victim_order(self.ctx, self.running)
+        return self._victim_order
+
+    def preempt(self, r: int, *, save_tail: bool) -> None:
+        """Make ``r`` a forced victim: return what it was given, free its blocks, copy out what fits of
+        its unsynced blocks (device blocks holding KV with no host copy, finished or in flight)."""
         s = self.snap
-        data = (int(s.num_computed[r]) + self.bs - 1) // self.bs
-        return max(0, min(data, int(s.blocks_hbm[r])) - int(s.synced[r]) - int(s.syncing[r]))
-
-    def preempt(self, r: int, *, forced: bool, save_tail: bool, blocks: int = -1, unsynced: int = -1) -> None:
-        """Make ``r`` a victim: return what it was given, free its blocks, copy out what fits.
-
-        ``blocks`` and ``unsynced`` may be passed when the caller already knows them.
-        """
-        sched, alloc = int(self.sched[r]), int(self.alloc[r])
-        if sched:
-            self.tokens += sched
-            self.sched[r] = 0
-        if alloc:
-            self.alloc[r] = 0
-        self.free += alloc + (blocks if blocks >= 0 else int(self.snap.blocks_hbm[r]))
+        self.tokens += int(self.sched[r])
+        self.free += int(self.alloc[r]) + int(s.blocks_hbm[r])
+        self.sched[r] = self.alloc[r] = 0
         self.seqs -= 1
-        if unsynced < 0:
-            unsynced = self.unsynced(r)
+        data = (int(s.num_computed[r]) + self.bs - 1) // self.bs
+        unsynced = max(0, min(data, int(s.blocks_hbm[r])) - int(s.synced[r]) - int(s.syncing[r]))
         copy = min(unsynced, self.d2h, self.dram) if save_tail else 0
         self.d2h -= copy
         self.dram -= copy
-        self.victim[r] = True
+        self.victim[r] = self.forced[r] = True
         self.victim_d2h[r] = copy
         self.victim_mode[r] = _SWAP if copy == unsynced else _RECOMPUTE
-        self.forced[r] = forced
-
-    def growth(self, r: int, tokens: int) -> int:
-        s = self.snap
-        need = (int(s.num_computed[r]) + tokens + self.bs - 1) // self.bs - int(s.blocks_hbm[r])
-        return need if need > 0 else 0
 
 
 def _continue_loads(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
     s = ctx.snap
-    rows = w.loading
-    if rows.shape[0] == 0:
+    if w.loading.shape[0] == 0:
         return
-    for r in spec.candidate_order(ctx, rows):
-        if w.h2d == 0:
-            return
-        n = min(int(s.h2d_pending[r]), w.h2d)
-        w.swap[r] = n
-        w.h2d -= n
-
-
-def _next_victim(order: np.ndarray, pos: int, w: _Work) -> tuple[int, int]:
-    """The next row of ``order`` from ``pos`` that is not yet a victim."""
-    while pos < order.shape[0]:
-        v = int(order[pos])
-        if not w.victim[v]:
-            return v, pos
-        pos += 1
-    return -1, pos
+    for chunk in spec.candidate_order(ctx, w.loading):
+        for r in chunk.tolist():
+            if w.h2d == 0:
+                return
+            n = min(int(s.h2d_pending[r]), w.h2d)
+            w.swap[r] = n
+            w.h2d -= n
 
 
 def _serve_running(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
@@ -167,7 +121,7 @@ def _serve_running(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
         return
     to_compute = s.num_tokens[rows] - s.num_computed[rows]
     rows = rows[to_compute > 0]
-    to_compute = s.num_tokens[rows] - s.num_computed[rows]
+    to_compute = to_compute[to_compute > 0]
     # Fast path: every running request is a decode, all fit in memory and tokens: no decisions to make.
     if np.all(to_compute == 1):
         need = (s.num_computed[rows] + 1 + w.bs - 1) // w.bs - s.blocks_hbm[rows]
@@ -182,8 +136,7 @@ def _serve_running(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
     if spec.decodes_first:
         is_decode = (s.num_tokens[order] - s.num_computed[order]) == 1
         order = np.concatenate([order[is_decode], order[~is_decode]])
-    victims = spec.victim_order(ctx, rows)
-    vpos = 0
+    victims = iter(spec.victim_order(ctx, rows).tolist())  # r itself is among them: never runs out
     for r in order.tolist():
         if w.victim[r]:
             continue
@@ -191,10 +144,10 @@ def _serve_running(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
         tokens = 1 if remaining == 1 else min(remaining, w.tokens)
         if tokens <= 0 or w.tokens <= 0:
             break
-        need = w.growth(r, tokens)
+        need = max(0, (int(s.num_computed[r]) + tokens + w.bs - 1) // w.bs - int(s.blocks_hbm[r]))
         while need > w.free:
-            v, vpos = _next_victim(victims, vpos, w)
-            w.preempt(v, forced=True, save_tail=spec.save_tail)
+            v = next(x for x in victims if not w.victim[x])
+            w.preempt(v, save_tail=spec.save_tail)
             if v == r:  # the request itself was next in line: it waits, as in vLLM
                 break
         if w.victim[r]:
@@ -206,135 +159,165 @@ def _serve_running(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
 
 
 class _VictimTail:
-    """LVF's discretionary victims: running requests from the tail of L (ascending VLT), with the
-    columns the walk needs copied to Python lists once, so each look costs no numpy scalar access."""
+    """LVF's discretionary victims: running requests from the tail of L (ascending VLT).
 
-    def __init__(self, ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
+    Built on the first candidate that needs room. The columns the walk looks at are copied to Python
+    lists once, so each look costs no numpy scalar access; the victims taken are written to the plan's
+    arrays once, by :meth:`commit`. Rows passed over (guarded, already a forced victim, or with a tail
+    that does not fit what is left of the budget) can never qualify later in the walk: budgets only
+    shrink and later candidates rank lower.
+    """
+
+    def __init__(self, ctx: Ctx, w: _Work) -> None:
         s, p = ctx.snap, ctx.params
-        rows = spec.victim_order(ctx, w.running)
+        rows = w.victim_order()
+        blocks = s.blocks_hbm[rows]
         data = (s.num_computed[rows] + w.bs - 1) // w.bs
-        unsynced = np.maximum(np.minimum(data, s.blocks_hbm[rows]) - s.synced[rows] - s.syncing[rows], 0)
-        self.rows = rows.tolist()
+        unsynced = np.maximum(np.minimum(data, blocks) - s.synced[rows] - s.syncing[rows], 0)
+        allowed = (s.residency[rows] >= p.min_residency) & (s.rotations[rows] < p.max_rotations) & ~w.victim[rows]
+        self.rows, self.copy = rows, unsynced
         self.vlt = ctx.vlt[rows].tolist()
-        self.guard_ok = ((s.residency[rows] >= p.min_residency) & (s.rotations[rows] < p.max_rotations)).tolist()
-        self.blocks = s.blocks_hbm[rows].tolist()
+        self.allowed = allowed.tolist()
         self.unsynced = unsynced.tolist()
+        self.freed = (blocks + w.alloc[rows]).tolist()  # its blocks and this step's growth
+        self.tokens = w.sched[rows].tolist()  # this step's tokens, handed back
         self.pos = 0
+        self.taken: list[int] = []  # positions in ``rows`` of the victims taken so far
 
-    def take(self, w: _Work, need: int, vlt_c: float) -> list[tuple[int, int, int]]:
-        """Victims (row, blocks, unsynced) that free ``need`` blocks, all ranked below ``vlt_c``, or
-        ``[]`` if impossible.
-
-        Looks only: the caller preempts what is returned. Rows passed over here (guarded, or with a
-        tail that does not fit what is left of the budget) can never qualify later in this walk:
-        budgets only shrink and later candidates rank lower.
-        """
-        chosen: list[tuple[int, int, int]] = []
-        freed = 0
-        d2h, dram = w.d2h, w.dram
-        pos, n = self.pos, len(self.rows)
+    def take(self, w: _Work, need: int, vlt_c: float) -> bool:
+        """Preempt victims that free ``need`` blocks, all ranked below ``vlt_c``; False (and nothing
+        preempted) if that is impossible. Each victim copies its whole unsynced tail out."""
+        chosen: list[int] = []
+        freed = copied = 0
+        room = min(w.d2h, w.dram)  # for the victims' unsynced tails
+        pos, n = self.pos, len(self.vlt)
         while pos < n and freed < need:
             if self.vlt[pos] >= vlt_c:
                 break  # ascending: no later row qualifies either
-            v = self.rows[pos]
             k = pos
             pos += 1
-            if not self.guard_ok[k] or w.victim[v]:
-                continue
             unsynced = self.unsynced[k]
-            if unsynced > d2h or unsynced > dram:
-                continue  # a discretionary rotation never drops KV
-            d2h -= unsynced
-            dram -= unsynced
-            freed += self.blocks[k] + int(w.alloc[v])
-            chosen.append((v, self.blocks[k], unsynced))
+            if not self.allowed[k] or copied + unsynced > room:
+                continue  # guarded; or a discretionary rotation would drop KV, which it never does
+            copied += unsynced
+            freed += self.freed[k]
+            chosen.append(k)
         self.pos = pos
-        return chosen if freed >= need else []
+        if freed < need:
+            return False
+        w.free += freed
+        w.tokens += sum(self.tokens[k] for k in chosen)
+        w.seqs -= len(chosen)
+        w.d2h -= copied
+        w.dram -= copied
+        self.taken.extend(chosen)
+        return True
+
+    def commit(self, w: _Work) -> None:
+        """Write the victims taken into the plan's arrays."""
+        rows = self.rows[self.taken]
+        w.victim[rows] = True
+        w.victim_d2h[rows] = self.copy[self.taken]
+        w.victim_mode[rows] = _SWAP
+        w.sched[rows] = w.alloc[rows] = 0
 
 
-def _admit(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
-    """Walk candidates in the policy's order. When the link budget (or the token budget) runs out, the
-    walk restarts over the candidates that do not need it, so a long queue of parked requests costs a
-    partition, not a Python loop over every one of them."""
-    s = ctx.snap
-    if not spec.admit_after_preempt and w.victim[w.running].any():
-        return
-    pool = w.cands
-    if pool.shape[0] == 0:
-        return
-    walk = _Walk(ctx, spec, w)
-    while pool.shape[0]:
-        outcome = walk.run(spec.candidate_order(ctx, pool))
-        if outcome == "done" or not spec.discretionary:
-            return
-        keep = ~walk.seen[pool] & ((s.blocks_dram[pool] == 0) if outcome == "no_link" else (s.blocks_dram[pool] > 0))
-        pool = pool[keep]
-        if (w.h2d == 0 and w.tokens == 0) or pool.shape[0] == 0:
-            return
+def _candidates(ctx: Ctx, spec: PolicySpec, rows: np.ndarray) -> Iterator[tuple[int, float, int, int, int]]:
+    """(row, VLT, blocks parked in DRAM, computed tokens, tokens to compute) of each of ``rows`` in the
+    policy's candidate order; the columns are read once per chunk of the stream. VLT is -inf for a
+    policy that does not rank by it."""
+    s, vlt = ctx.snap, ctx.vlt
+    for chunk in spec.candidate_order(ctx, rows):
+        ranks = vlt[chunk].tolist() if vlt is not None else [_NEG_INF] * chunk.shape[0]
+        computed = s.num_computed[chunk]
+        yield from zip(chunk.tolist(), ranks, s.blocks_dram[chunk].tolist(), computed.tolist(),
+                       (s.num_tokens[chunk] - computed).tolist())
 
 
 class _Walk:
-    """One pass over a candidate stream; ``run`` says why it stopped."""
+    """Admission: walks candidates in the policy's order and admits each while memory, tokens,
+    sequences and the host-to-device budget allow (a candidate parked in DRAM is a swap-in: it needs
+    the link and no tokens; any other needs tokens and no link). Only LVF preempts running requests to
+    make room, and never admits a request ranked at or below one preempted this iteration."""
 
     def __init__(self, ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
-        s = ctx.snap
         self.ctx, self.spec, self.w = ctx, spec, w
-        self.seen = np.zeros(len(s), np.bool_)
-        victims = w.running[w.victim[w.running]]
-        self.floor = float(ctx.vlt[victims].max()) if (ctx.vlt is not None and victims.shape[0]) else _NEG_INF
-        self.tail = _VictimTail(ctx, spec, w) if spec.discretionary else None
+        forced = w.running[w.victim[w.running]]
+        self.ranked = ctx.vlt is not None
+        self.floor = float(ctx.vlt[forced].max()) if (self.ranked and forced.shape[0]) else _NEG_INF
+        self.tail: _VictimTail | None = None
+        self.admitted: list[tuple[int, int, int, int]] = []  # (row, blocks, tokens, host-to-device blocks)
 
-    def run(self, stream: Iterator[int]) -> str:
-        ctx, spec, w, s = self.ctx, self.spec, self.w, self.ctx.snap
-        vlt = ctx.vlt
-        for c in stream:
-            self.seen[c] = True
-            if w.seqs >= w.max_seqs:
-                return "done"
-            if vlt is not None and vlt[c] <= self.floor:
-                return "done"  # never admit below a request that was preempted this iteration
-            swap_in = int(s.blocks_dram[c]) > 0
-            if swap_in:
+    def run(self, rows: np.ndarray) -> str | None:
+        """Walk ``rows``; returns ``"link"`` or ``"tokens"`` if it stopped at a candidate that needs a
+        budget that is spent, else None."""
+        spec, w = self.spec, self.w
+        for c, vlt_c, dram, computed, todo in _candidates(self.ctx, spec, rows):
+            if w.seqs >= w.max_seqs or (self.ranked and vlt_c <= self.floor):
+                return None
+            if dram > 0:  # a swap-in: reserve all its blocks, copy what the link allows now
                 if w.h2d == 0:
-                    return "no_link"
-                tokens, need, h2d = 0, int(s.blocks_dram[c]), min(int(s.blocks_dram[c]), w.h2d)
-            else:
-                tokens = min(int(s.num_tokens[c] - s.num_computed[c]), w.tokens)
+                    return "link"
+                tokens, need, h2d = 0, dram, min(dram, w.h2d)
+            else:  # a candidate holds no device blocks: it needs blocks for what it computes now
+                tokens = min(todo, w.tokens)
                 if tokens <= 0:
-                    return "no_tokens"
-                need, h2d = w.growth(c, tokens), 0
+                    return "tokens"
+                need, h2d = (computed + tokens + w.bs - 1) // w.bs, 0
             if need > w.free:
                 if not spec.discretionary:
-                    return "done"
-                vlt_c = float(vlt[c])
-                chosen = self.tail.take(w, need - w.free, vlt_c)
-                if not chosen:
-                    return "done"
-                for v, blocks, unsynced in chosen:
-                    w.preempt(v, forced=False, save_tail=True, blocks=blocks, unsynced=unsynced)
-                self.floor = max(self.floor, float(vlt[chosen[-1][0]]))
-            w.alloc[c] = need
+                    return None
+                self.tail = self.tail or _VictimTail(self.ctx, w)
+                if not self.tail.take(w, need - w.free, vlt_c):
+                    return None
+                self.floor = max(self.floor, self.tail.vlt[self.tail.taken[-1]])
             w.free -= need
-            w.sched[c] = tokens
             w.tokens -= tokens
-            w.swap[c] = h2d
             w.h2d -= h2d
             w.seqs += 1
-            w.admitted.append(c)
-        return "done"
+            self.admitted.append((c, need, tokens, h2d))
+        return None
+
+    def commit(self) -> None:
+        """Write the admissions and the victims taken into the plan's arrays."""
+        w = self.w
+        if self.tail is not None:
+            self.tail.commit(w)
+        if self.admitted:
+            rows, need, tokens, h2d = (np.asarray(col, np.int64) for col in zip(*self.admitted))
+            w.alloc[rows] = need
+            w.sched[rows] = tokens
+            w.swap[rows] = h2d
+            w.admitted = rows
+
+
+def _admit(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
+    """Admission (:class:`_Walk`). A policy stops at the first candidate that does not fit; LVF walks on
+    past a spent budget, over the candidates that do not need it: the first pass admitted every one of
+    those it reached, the rest come in a second stream over that kind alone, so a long queue of parked
+    requests costs a partition, not a Python loop over every one of them."""
+    if (not spec.admit_after_preempt and w.victim[w.running].any()) or w.cands.shape[0] == 0:
+        return
+    walk = _Walk(ctx, spec, w)
+    spent = walk.run(w.cands)
+    if spent is not None and spec.discretionary:
+        parked = ctx.snap.blocks_dram > 0
+        rest = w.is_cand & (~parked if spent == "link" else parked)
+        rest[[row for row, *_ in walk.admitted]] = False
+        walk.run(np.flatnonzero(rest))
+    walk.commit()
 
 
 def _eager_sync(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
     s = ctx.snap
-    if not spec.eager_sync or w.d2h == 0 or w.dram == 0:
+    if not spec.eager_sync or w.d2h == 0 or w.dram == 0 or w.running.shape[0] == 0:
         return
-    rows = w.running[~w.victim[w.running]]
-    unsynced_full = np.minimum(s.num_computed[rows] // w.bs, s.blocks_hbm[rows]) - s.synced[rows] - s.syncing[rows]
-    rows = rows[unsynced_full > 0]
-    if rows.shape[0] == 0:
-        return
-    order = spec.victim_order(ctx, rows)  # likeliest victims first
+    order = w.victim_order()  # likeliest victims first
+    order = order[~w.victim[order]]
     want = np.minimum(s.num_computed[order] // w.bs, s.blocks_hbm[order]) - s.synced[order] - s.syncing[order]
+    order, want = order[want > 0], want[want > 0]
+    if order.shape[0] == 0:
+        return
     budget = min(w.d2h, w.dram)
     before = np.concatenate(([0], np.cumsum(want)[:-1]))
     give = np.clip(budget - before, 0, want)
@@ -355,7 +338,7 @@ def build_plan(ctx: Ctx, spec: PolicySpec) -> Plan:
     token_budget = ctx.cap.token_budget
     if spec.token_cap is not None:
         token_budget = min(token_budget, spec.token_cap(ctx.params))
-    w = _Work(ctx.snap, ctx.cap, token_budget)
+    w = _Work(ctx, spec, token_budget)
     _continue_loads(ctx, spec, w)
     _serve_running(ctx, spec, w)
     _admit(ctx, spec, w)
@@ -366,7 +349,7 @@ def build_plan(ctx: Ctx, spec: PolicySpec) -> Plan:
 def _package(ctx: Ctx, spec: PolicySpec, w: _Work) -> Plan:
     ids = ctx.snap.req_id
     # Only these rows can carry a decision; scanning them instead of every row keeps row order.
-    touched = np.sort(np.concatenate((w.running, w.loading, np.asarray(w.admitted, np.int64))))
+    touched = np.sort(np.concatenate((w.running, w.loading, w.admitted)))
     sched = touched[w.sched[touched] != 0]
     alloc = touched[w.alloc[touched] != 0]
     swap = touched[w.swap[touched] != 0]
@@ -374,16 +357,10 @@ def _package(ctx: Ctx, spec: PolicySpec, w: _Work) -> Plan:
     sync = touched[w.sync[touched] != 0]
     return Plan(
         policy=spec.name,
-        sched_ids=ids[sched],
-        sched_tokens=w.sched[sched],
-        alloc_ids=ids[alloc],
-        alloc_blocks=w.alloc[alloc],
-        swap_ids=ids[swap],
-        swap_blocks=w.swap[swap],
-        victim_ids=ids[vict],
-        victim_d2h=w.victim_d2h[vict],
-        victim_mode=w.victim_mode[vict],
+        sched_ids=ids[sched], sched_tokens=w.sched[sched],
+        alloc_ids=ids[alloc], alloc_blocks=w.alloc[alloc],
+        swap_ids=ids[swap], swap_blocks=w.swap[swap],
+        victim_ids=ids[vict], victim_d2h=w.victim_d2h[vict], victim_mode=w.victim_mode[vict],
         victim_forced=w.forced[vict],
-        sync_ids=ids[sync],
-        sync_blocks=w.sync[sync],
+        sync_ids=ids[sync], sync_blocks=w.sync[sync],
     )

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from superinfer.core.orders import fcfs_running, sort_rows, stream_desc
-from superinfer.core.planner import Ctx, PolicySpec, build_plan, fits_in_hbm
-from superinfer.core.types import Capacity, Params, Plan, Snapshot, TenantTable
+from superinfer.core.orders import Ctx, PolicySpec, fcfs_running, sort_rows, stream_desc
+from superinfer.core.planner import build_plan, fits_in_hbm
+from superinfer.core.types import Capacity, Params, Plan, Snapshot, TenantTable, rank_order
 from superinfer.core.validate import validate_snapshot
-from superinfer.core.vlt import compute_vlt, rank_desc
+from superinfer.core.vlt import compute_vlt
 
 
 # ---- orderings ---------------------------------------------------------------------------------
@@ -41,7 +41,7 @@ def _newest_first(ctx: Ctx, rows: np.ndarray) -> np.ndarray:
     return _admission_order(ctx, rows)[::-1]
 
 
-def _fcfs_candidates(ctx: Ctx, rows: np.ndarray) -> Iterator[int]:
+def _fcfs_candidates(ctx: Ctx, rows: np.ndarray) -> Iterator[np.ndarray]:
     """Preempted requests first (vLLM prepends them to the waiting queue), then by arrival."""
     s = ctx.snap
     preempted = rows[s.rotations[rows] > 0]
@@ -50,7 +50,7 @@ def _fcfs_candidates(ctx: Ctx, rows: np.ndarray) -> Iterator[int]:
     yield from stream_desc(-s.t_arr, fresh, s.t_arr, s.req_id)
 
 
-def _priority_candidates(ctx: Ctx, rows: np.ndarray) -> Iterator[int]:
+def _priority_candidates(ctx: Ctx, rows: np.ndarray) -> Iterator[np.ndarray]:
     s = ctx.snap
     yield from stream_desc(-s.priority.astype(np.float64), rows, s.t_arr, s.req_id)
 
@@ -60,7 +60,7 @@ def _priority_victims(ctx: Ctx, rows: np.ndarray) -> np.ndarray:
     return sort_rows(rows, s.priority, s.t_arr, s.req_id)[::-1]
 
 
-def _sjf_candidates(ctx: Ctx, rows: np.ndarray) -> Iterator[int]:
+def _sjf_candidates(ctx: Ctx, rows: np.ndarray) -> Iterator[np.ndarray]:
     s = ctx.snap
     yield from stream_desc(-s.pred_remaining, rows, s.t_arr, s.req_id)
 
@@ -72,16 +72,16 @@ def _sjf_victims(ctx: Ctx, rows: np.ndarray) -> np.ndarray:
 
 def _vlt_desc(ctx: Ctx, rows: np.ndarray) -> np.ndarray:
     s = ctx.snap
-    return sort_rows(rows, -ctx.vlt, s.t_arr, s.req_id)
+    return rows[rank_order(ctx.vlt[rows], s.t_arr[rows], s.req_id[rows])]
 
 
 def _vlt_asc(ctx: Ctx, rows: np.ndarray) -> np.ndarray:
     return _vlt_desc(ctx, rows)[::-1]
 
 
-def _vlt_candidates(ctx: Ctx, rows: np.ndarray) -> Iterator[int]:
+def _vlt_candidates(ctx: Ctx, rows: np.ndarray) -> Iterator[np.ndarray]:
     s = ctx.snap
-    yield from stream_desc(ctx.vlt, rows, s.t_arr, s.req_id)
+    yield from stream_desc(ctx.vlt, rows, s.t_arr, s.req_id)  # rank_order, partially
 
 
 # ---- specs -------------------------------------------------------------------------------------
@@ -197,5 +197,5 @@ def get_policy(name: str) -> Policy:
 def ranking(snap: Snapshot, tenants: TenantTable, params: Params, now: float) -> tuple[np.ndarray, np.ndarray]:
     """(request ids, VLT) largest VLT first: what LVF serves first."""
     vlt = compute_vlt(snap, tenants, params, now)
-    order = rank_desc(vlt, snap.t_arr, snap.req_id)
+    order = rank_order(vlt, snap.t_arr, snap.req_id)
     return snap.req_id[order], vlt[order]

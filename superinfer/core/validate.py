@@ -1,6 +1,8 @@
 """Input checks for the planner. Every failure is a ``ValueError`` whose message starts with the field.
 
-Vectorised: a clean 10,000-row snapshot costs a few tens of microseconds to check.
+Vectorised: a clean 10,000-row snapshot costs about 100 microseconds to check. The checks run in a
+fixed order and the first that fails names its field and the first failing row; later checks may rely
+on earlier ones (counts are >= 0 once the count columns pass).
 """
 
 from __future__ import annotations
@@ -10,10 +12,14 @@ import numpy as np
 from superinfer.core.types import COUNT_COLUMNS, Capacity, Phase, Snapshot, TenantTable, blocks_for
 
 _NON_NEGATIVE = COUNT_COLUMNS
+_WAITING, _RUNNING = int(Phase.WAITING), int(Phase.RUNNING)  # plain ints: IntEnum comparisons are slow
 
 
 def _fail(name: str, snap: Snapshot, mask: np.ndarray, what: str) -> None:
-    row = int(np.flatnonzero(mask)[0])
+    _fail_row(name, snap, int(np.flatnonzero(mask)[0]), what)
+
+
+def _fail_row(name: str, snap: Snapshot, row: int, what: str) -> None:
     raise ValueError(
         f"{name}: {what} (request {int(snap.req_id[row])}, row {row}, value {getattr(snap, name)[row]!r})"
     )
@@ -32,8 +38,8 @@ def validate_snapshot(snap: Snapshot, cap: Capacity, tenants: TenantTable) -> No
         col = getattr(snap, name)
         if col.min() < 0:
             _fail(name, snap, col < 0, "must be >= 0")
-    if snap.phase.min() < Phase.WAITING or snap.phase.max() > Phase.RUNNING:
-        bad = (snap.phase < Phase.WAITING) | (snap.phase > Phase.RUNNING)
+    if int(snap.phase.min()) < _WAITING or int(snap.phase.max()) > _RUNNING:
+        bad = (snap.phase < _WAITING) | (snap.phase > _RUNNING)
         _fail("phase", snap, bad, "unknown phase; expected 0 (waiting), 1 (rotary) or 2 (running)")
     if snap.tenant.min() < 0 or snap.tenant.max() >= len(tenants):
         bad = (snap.tenant < 0) | (snap.tenant >= len(tenants))
@@ -57,12 +63,13 @@ def validate_snapshot(snap: Snapshot, cap: Capacity, tenants: TenantTable) -> No
     bad = snap.synced + snap.syncing > np.minimum(snap.blocks_hbm, snap.blocks_dram)
     if bad.any():
         _fail("synced", snap, bad, "synced + syncing exceeds min(blocks_hbm, blocks_dram)")
-    computed_blocks = blocks_for(snap.num_computed, cap.block_size)
-    running = snap.phase == Phase.RUNNING
-    bad = running & (snap.blocks_hbm < computed_blocks) & (snap.h2d_pending == 0)
+    running = snap.phase == _RUNNING
+    rows = np.flatnonzero(running)  # few (at most the batch): checked on their own
+    bad = (snap.blocks_hbm[rows] < blocks_for(snap.num_computed[rows], cap.block_size)) & (snap.h2d_pending[rows] == 0)
     if bad.any():
-        _fail("blocks_hbm", snap, bad, "a running request must hold the blocks of its computed tokens")
-    bad = (snap.h2d_pending > 0) & (snap.h2d_pending > snap.blocks_hbm)
+        row = int(rows[bad][0])
+        _fail_row("blocks_hbm", snap, row, "a running request must hold the blocks of its computed tokens")
+    bad = snap.h2d_pending > snap.blocks_hbm  # so h2d_pending > 0: blocks_hbm >= 0
     if bad.any():
         _fail("h2d_pending", snap, bad, "exceeds the blocks reserved in HBM for the swap-in")
     resident = (snap.blocks_hbm > 0) | running

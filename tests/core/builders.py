@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from superinfer.core.types import Capacity, Params, Phase, Snapshot, Tenant, TenantTable, blocks_for
+from superinfer.core.types import FRESH_RESIDENCY, Capacity, Params, Phase, Snapshot, Tenant, TenantTable, blocks_for
 
 BS = 16
 
@@ -28,7 +28,7 @@ class R:
     synced: int = 0
     syncing: int = 0
     h2d_pending: int = 0
-    residency: int = 1 << 30
+    residency: int = FRESH_RESIDENCY
     rotations: int = 0
     priority: int = 0
     pred_remaining: float = 0.0

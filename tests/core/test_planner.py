@@ -213,3 +213,38 @@ def test_lvf_admits_nothing_ranked_below_a_request_it_just_preempted():
     p = plan("lvf", s, c)
     assert p.victim_ids.tolist() == [1]
     assert sched(p) == {2: BS * 2}
+
+
+# ---- the admission walk goes on past a spent budget (LVF only) ----------------------------------------
+def test_lvf_walks_on_to_swap_ins_when_the_token_budget_is_spent():
+    big = running(1, tokens=BS * 10, t_run=NOW - 1)
+    late = waiting(2, prompt=BS * 4, t_arr=NOW - 9)  # VLT 3.5: takes the 49 tokens left
+    next_new = waiting(3, prompt=BS, t_arr=NOW - 8)  # VLT 2.5: no tokens left
+    parked = rotary(4, tokens=BS * 2, t_last=NOW - 0.5)  # VLT 1.2: a swap-in needs no tokens
+    s, c = state(big, late, next_new, parked, free=8, tokens=50)
+    p = plan("lvf", s, c)
+    assert not p.fcfs_fallback
+    assert sched(p) == {1: 1, 2: 49}
+    assert dict(zip(p.swap_ids.tolist(), p.swap_blocks.tolist())) == {4: 2}
+
+
+def test_lvf_walks_on_to_new_requests_when_the_link_is_spent():
+    big = running(1, tokens=BS * 10, t_run=NOW - 1)
+    first = rotary(2, tokens=BS * 3, t_last=NOW - 2)  # VLT 5.7: takes the whole link
+    second = rotary(3, tokens=BS * 2, t_last=NOW - 1.5)  # VLT 4.2: no link left
+    new = waiting(4, prompt=BS, t_arr=NOW - 6)  # VLT 0.5: needs tokens, not the link
+    s, c = state(big, first, second, new, free=7, b_xfer=3)
+    p = plan("lvf", s, c)
+    assert not p.fcfs_fallback
+    assert dict(zip(p.swap_ids.tolist(), p.swap_blocks.tolist())) == {2: 3}
+    assert sched(p) == {1: 1, 4: BS}
+
+
+def test_other_policies_stop_at_the_first_candidate_that_does_not_fit():
+    parked = rotary(1, tokens=BS * 3, t_arr=1.0)  # preempted: first in vLLM's queue, takes the link
+    second = rotary(2, tokens=BS * 2, t_arr=2.0)  # no link left: the walk stops here
+    new = waiting(3, prompt=BS, t_arr=3.0)
+    s, c = state(parked, second, new, free=50, b_xfer=3)
+    p = plan("fcfs", s, c)
+    assert dict(zip(p.swap_ids.tolist(), p.swap_blocks.tolist())) == {1: 3}
+    assert sched(p) == {}

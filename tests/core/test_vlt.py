@@ -2,8 +2,11 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from superinfer.core import Params, Tenant, TenantTable, compute_vlt, ranking
+from superinfer.core import Params, Phase, Tenant, TenantTable, compute_vlt, ranking
+from superinfer.core.types import Snapshot
 from tests.core.builders import PARAMS, TENANTS, rotary, running, snap, waiting
 
 NOW = 100.0
@@ -68,3 +71,42 @@ def test_vlt_is_vectorised_over_all_phases():
     v = vlt_of(*reqs)
     assert v.shape == (100,)
     assert np.all(np.diff(v[:50]) > 0) and np.all(np.diff(v[50:]) < 0)
+
+
+@st.composite
+def vlt_cases(draw):
+    tenants = TenantTable([Tenant(f"t{i}", draw(st.floats(0.01, 30)), draw(st.floats(0.01, 2)), draw(st.floats(1, 8)))
+                           for i in range(draw(st.integers(1, 3)))])
+    params = Params(alpha=draw(st.floats(0, 100)), delta_b=draw(st.floats(-10, 10)), delta_f=draw(st.floats(-60, 60)))
+    n = draw(st.integers(0, 40))
+
+    def column(values):
+        return draw(st.lists(values, min_size=n, max_size=n))
+
+    times = st.floats(0, NOW)
+    cols = dict(req_id=list(range(n)), phase=column(st.integers(0, 2)), tenant=column(st.integers(0, len(tenants) - 1)),
+                t_arr=column(times), t_last=column(times), t_run=column(times), num_tokens=[1] * n,
+                num_computed=[0] * n, blocks_hbm=[0] * n)
+    return Snapshot.from_columns(**cols), tenants, params
+
+
+def vlt_by_row(s, tenants, params, r):
+    """Design §3.1 for one row, in plain Python floats (the table in superinfer/core/vlt.py, in order)."""
+    k = int(s.tenant[r])
+    phase = int(s.phase[r])
+    if phase == Phase.WAITING:
+        v = (NOW - float(s.t_arr[r])) - (float(tenants.ttft_slo[k]) + params.delta_f)
+    elif phase == Phase.ROTARY:
+        v = ((NOW - float(s.t_last[r])) - (float(tenants.tbt_slo[k]) + params.delta_b)) * params.alpha
+    else:
+        v = ((NOW - float(s.t_run[r])) - 0.0) * -1.0
+    w = float(tenants.weight[k])
+    return v * (w if v > 0 else 1.0 / w)
+
+
+@settings(max_examples=300, deadline=None)
+@given(vlt_cases())
+def test_vectorised_vlt_is_the_per_row_formula_bit_for_bit(case):
+    s, tenants, params = case
+    got = compute_vlt(s, tenants, params, NOW)
+    assert [v.hex() for v in got.tolist()] == [vlt_by_row(s, tenants, params, r).hex() for r in range(len(s))]
