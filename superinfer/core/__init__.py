@@ -6,7 +6,7 @@ Imports neither torch nor vLLM. Engine adapters (``superinfer.sim``, ``superinfe
 
 from superinfer.core.blocks import BlockPool, KVLedger, PoolExhausted
 from superinfer.core.budget import b_xfer_blocks
-from superinfer.core.policies import ENGINE_POLICIES, POLICIES, Policy, core_policy_name, get_policy, ranking
+from superinfer.core.policies import ENGINE_POLICIES, POLICIES, ROTATING_POLICIES, Policy, core_policy_name, get_policy, ranking
 from superinfer.core.state import EngineState, Finished, Moves, Sampled
 from superinfer.core.table import RequestTable
 from superinfer.core.types import (
@@ -40,6 +40,7 @@ __all__ = [
     "Plan",
     "Policy",
     "PoolExhausted",
+    "ROTATING_POLICIES",
     "RequestTable",
     "Sampled",
     "Snapshot",

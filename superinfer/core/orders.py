@@ -26,6 +26,7 @@ class Ctx:
     tenants: TenantTable
     now: float
     vlt: np.ndarray | None = None
+    hopeless: np.ndarray | None = None  # per row: a waiting request already past its TTFT SLO (v2 only)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class PolicySpec:
     admit_after_preempt: bool = False  # vLLM admits nothing in a step that preempted
     token_cap: Callable[[Params], int] | None = None  # sarathi's stall-free budget
     uses_vlt: bool = False
+    slo_guards: bool = False  # RotaSched v2: slack gate, rotation margin, hopeless-last (Params knobs)
 
 
 def top_rows(key: np.ndarray, rows: np.ndarray, k: int, tie1: np.ndarray, tie2: np.ndarray) -> np.ndarray:

@@ -175,6 +175,9 @@ class _VictimTail:
         data = (s.num_computed[rows] + w.bs - 1) // w.bs
         unsynced = np.maximum(np.minimum(data, blocks) - s.synced[rows] - s.syncing[rows], 0)
         allowed = (s.residency[rows] >= p.min_residency) & (s.rotations[rows] < p.max_rotations) & ~w.victim[rows]
+        if w.spec.slo_guards:
+            allowed &= slo_slack(ctx, rows) >= p.slack_gate_s
+        self.margin = p.rotation_margin_s if w.spec.slo_guards else 0.0
         self.rows, self.copy = rows, unsynced
         self.vlt = ctx.vlt[rows].tolist()
         self.allowed = allowed.tolist()
@@ -191,8 +194,9 @@ class _VictimTail:
         freed = copied = 0
         room = min(w.d2h, w.dram)  # for the victims' unsynced tails
         pos, n = self.pos, len(self.vlt)
+        bar = vlt_c - self.margin  # a victim must rank below the candidate by more than the margin
         while pos < n and freed < need:
-            if self.vlt[pos] >= vlt_c:
+            if self.vlt[pos] >= bar:
                 break  # ascending: no later row qualifies either
             k = pos
             pos += 1
@@ -220,6 +224,18 @@ class _VictimTail:
         w.victim_d2h[rows] = self.copy[self.taken]
         w.victim_mode[rows] = _SWAP
         w.sched[rows] = w.alloc[rows] = 0
+
+
+def slo_slack(ctx: Ctx, rows: np.ndarray) -> np.ndarray:
+    """Seconds each of ``rows`` is ahead of its SLO (negative: behind). After k >= 1 output tokens the
+    TBT budget spent so far: ``S_B·(k−1) − (now − t_first)``; before the first, the TTFT headroom
+    ``S_F − (now − t_arr)``. Parking a request costs it about the park time of this slack."""
+    s, t = ctx.snap, ctx.tenants
+    k = s.outputs[rows]
+    ten = s.tenant[rows]
+    tbt = t.tbt_slo[ten] * (k - 1) - (ctx.now - s.t_first[rows])
+    ttft = t.ttft_slo[ten] - (ctx.now - s.t_arr[rows])
+    return np.where(k > 0, tbt, ttft)
 
 
 def _candidates(ctx: Ctx, spec: PolicySpec, rows: np.ndarray) -> Iterator[tuple[int, float, int, int, int]]:
@@ -251,7 +267,7 @@ class _Walk:
     def run(self, rows: np.ndarray) -> str | None:
         """Walk ``rows``; returns ``"link"`` or ``"tokens"`` if it stopped at a candidate that needs a
         budget that is spent, else None."""
-        spec, w = self.spec, self.w
+        spec, w, hopeless = self.spec, self.w, self.ctx.hopeless
         for c, vlt_c, dram, computed, todo in _candidates(self.ctx, spec, rows):
             if w.seqs >= w.max_seqs or (self.ranked and vlt_c <= self.floor):
                 return None
@@ -265,8 +281,8 @@ class _Walk:
                     return "tokens"
                 need, h2d = (computed + tokens + w.bs - 1) // w.bs, 0
             if need > w.free:
-                if not spec.discretionary:
-                    return None
+                if not spec.discretionary or (hopeless is not None and hopeless[c]):
+                    return None  # a request past its TTFT SLO takes only free room
                 self.tail = self.tail or _VictimTail(self.ctx, w)
                 if not self.tail.take(w, need - w.free, vlt_c):
                     return None

@@ -12,15 +12,21 @@
 ``sarathi``    stall-free batching: decodes first, prefill chunks within a small token budget.
 ``sjf``        shortest predicted remaining output first (oracle plus rank noise, standing in for a
                learned ranker); the victim is the longest predicted.
-``lvf``        RotaSched: Largest-VLT-First with rotation under the transfer budget; FCFS (exactly the
-               ``fcfs`` decisions, plus eager syncs) when every live request fits in HBM.
+``lvf-paper``  RotaSched as the paper describes it: Largest-VLT-First with rotation under the transfer
+               budget; FCFS (exactly the ``fcfs`` decisions, plus eager syncs) when every live request
+               fits in HBM. Under overload it time-slices every live request (design §3.4).
+``lvf``        RotaSched v2: ``lvf-paper`` whose rotation must pay for itself. A running request is a
+               discretionary victim only with SLO slack >= ``slack_gate_s``, and only for a candidate
+               whose VLT exceeds its own by more than ``rotation_margin_s``; waiting requests already
+               past their TTFT SLO rank after the others and never displace (``hopeless_last``).
+               Forced victims, budgets and the FCFS fallback are ``lvf-paper``'s.
 ============== ===================================================================================
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -84,6 +90,22 @@ def _vlt_candidates(ctx: Ctx, rows: np.ndarray) -> Iterator[np.ndarray]:
     yield from stream_desc(ctx.vlt, rows, s.t_arr, s.req_id)  # rank_order, partially
 
 
+def _vlt_feasible_first(ctx: Ctx, rows: np.ndarray) -> Iterator[np.ndarray]:
+    """VLT order, but requests that can still meet their TTFT SLO before those that cannot (a sort by
+    (hopeless, VLT desc, arrival, id))."""
+    if ctx.hopeless is None:
+        yield from _vlt_candidates(ctx, rows)
+        return
+    late = ctx.hopeless[rows]
+    yield from _vlt_candidates(ctx, rows[~late])
+    yield from _vlt_candidates(ctx, rows[late])
+
+
+def hopeless_mask(snap: Snapshot, tenants: TenantTable, now: float) -> np.ndarray:
+    """Waiting requests with no output token yet whose TTFT SLO has already passed."""
+    return (snap.outputs == 0) & (snap.phase != 2) & (now - snap.t_arr > tenants.ttft_slo[snap.tenant])
+
+
 # ---- specs -------------------------------------------------------------------------------------
 FCFS = PolicySpec("fcfs", _admission_order, _newest_first, _fcfs_candidates)
 VLLM_OFFLOAD = PolicySpec(
@@ -99,8 +121,8 @@ SARATHI = PolicySpec(
     token_cap=lambda p: p.sarathi_token_budget,
 )
 SJF = PolicySpec("sjf", _admission_order, _sjf_victims, _sjf_candidates)
-LVF = PolicySpec(
-    "lvf",
+LVF_PAPER = PolicySpec(
+    "lvf-paper",
     _vlt_desc,
     _vlt_asc,
     _vlt_candidates,
@@ -111,11 +133,13 @@ LVF = PolicySpec(
     admit_after_preempt=True,
     uses_vlt=True,
 )
+LVF = replace(LVF_PAPER, name="lvf", candidate_order=_vlt_feasible_first, slo_guards=True)
 # What LVF does when everything fits: FCFS decisions, but keep copying full blocks early so that the
 # next burst finds them synced.
 _LVF_FALLBACK = PolicySpec(
     "lvf", _admission_order, _newest_first, _fcfs_candidates, eager_sync=True
 )
+_LVF_PAPER_FALLBACK = replace(_LVF_FALLBACK, name="lvf-paper")
 
 
 @dataclass(frozen=True)
@@ -148,6 +172,8 @@ class Policy:
         else:
             if self.spec.uses_vlt:
                 ctx.vlt = compute_vlt(snap, tenants, params, now)
+            if self.spec.slo_guards and params.hopeless_last:
+                ctx.hopeless = hopeless_mask(snap, tenants, now)
             plan = build_plan(ctx, self.spec)
         if self.spec.uses_vlt:
             vlt = ctx.vlt if ctx.vlt is not None else compute_vlt(snap, tenants, params, now)
@@ -169,11 +195,15 @@ POLICIES: dict[str, Policy] = {
     "sarathi": Policy(SARATHI),
     "sjf": Policy(SJF),
     "lvf": Policy(LVF, fallback=_LVF_FALLBACK),
+    "lvf-paper": Policy(LVF_PAPER, fallback=_LVF_PAPER_FALLBACK),
 }
 ALIASES = {"vllm": "fcfs"}
 #: Names an engine accepts: the core's policies plus variants of the engine around them (``vllm`` is
 #: ``fcfs``; ``lvf-nooverlap`` is ``lvf`` on a transfer engine without overlap or duplex).
-ENGINE_POLICIES = ("vllm", "fcfs", "vllm-offload", "priority", "sarathi", "sjf", "lvf", "lvf-nooverlap")
+ENGINE_POLICIES = ("vllm", "fcfs", "vllm-offload", "priority", "sarathi", "sjf", "lvf", "lvf-paper",
+                   "lvf-nooverlap")
+#: Core policies that rotate KV through DRAM under a transfer budget (RotaSched and its variants).
+ROTATING_POLICIES = ("lvf", "lvf-paper")
 ENGINE_ALIASES = {**ALIASES, "lvf-nooverlap": "lvf"}
 
 

@@ -30,9 +30,9 @@ import numpy as np
 
 from superinfer.core.types import FLOAT_COLUMNS, FRESH_RESIDENCY, INT_COLUMNS, Phase, Snapshot
 
-#: Columns beyond a snapshot's: prompt length, outputs so far and the output target, first-token time.
-EXTRA_INT_COLUMNS = ("num_prompt", "outputs", "target_output")
-EXTRA_FLOAT_COLUMNS = ("t_first",)
+#: Columns beyond a snapshot's: prompt length and the output target.
+EXTRA_INT_COLUMNS = ("num_prompt", "target_output")
+EXTRA_FLOAT_COLUMNS: tuple[str, ...] = ()
 _I64 = INT_COLUMNS + EXTRA_INT_COLUMNS
 _F64 = FLOAT_COLUMNS + EXTRA_FLOAT_COLUMNS
 _DTYPES = {**{c: np.int64 for c in _I64}, **{c: np.float64 for c in _F64}, "phase": np.int8, "busy": np.bool_}

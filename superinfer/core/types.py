@@ -105,6 +105,10 @@ PARAM_BOUNDS: dict[str, tuple[float, float]] = {
     "delta_f": (-60.0, 60.0),
     "min_residency": (0, 10_000),
     "max_rotations": (0, 1_000_000),
+    # RotaSched v2 (`lvf`; `lvf-paper` ignores these). See docs/design.md "RotaSched v2".
+    "slack_gate_s": (-3600.0, 3600.0),  # -3600: off (any running request may be a discretionary victim)
+    "rotation_margin_s": (0.0, 60.0),  # 0: off (any VLT difference displaces)
+    "hopeless_last": (0, 1),  # 0: off (late waiting requests rank and displace as any other)
 }
 
 
@@ -117,6 +121,14 @@ class Params:
     delta_f: float = 0.5
     min_residency: int = 4  # iterations after a swap-in before a request may be a discretionary victim
     max_rotations: int = 64  # discretionary rotations per request, against starvation
+    # A discretionary victim must be ahead of its SLO by this much: TBT slack S_B·(k−1) − (t − t_first)
+    # after k tokens, or TTFT slack S_F − (t − t_arr) before the first (seconds).
+    slack_gate_s: float = 1.0
+    # A candidate displaces a running request only if its VLT exceeds the victim's by more than this.
+    rotation_margin_s: float = 0.0
+    # Waiting requests already past their TTFT SLO rank after those that can still meet it, and never
+    # displace a running request (Andes: a hopeless request gains nothing from service now).
+    hopeless_last: int = 1
     sarathi_token_budget: int = 512  # the stall-free budget of the `sarathi` baseline
 
     def __post_init__(self) -> None:
@@ -173,9 +185,10 @@ COUNT_COLUMNS = (  # integers that can never be negative
     "h2d_pending",
     "residency",
     "rotations",
+    "outputs",
 )
 INT_COLUMNS = ("req_id", "tenant", "priority") + COUNT_COLUMNS
-FLOAT_COLUMNS = ("t_arr", "t_last", "t_run", "pred_remaining")
+FLOAT_COLUMNS = ("t_arr", "t_last", "t_run", "pred_remaining", "t_first")  # t_first: NaN before the first token
 
 
 @dataclass
@@ -185,7 +198,8 @@ class Snapshot:
     ``num_tokens`` is prompt plus output tokens so far (all need KV after this step);
     ``num_computed`` the tokens whose KV exists in HBM or DRAM. ``to_compute = num_tokens -
     num_computed`` is 1 for a decode step and more for a (re)prefill. ``t_*`` are seconds on the
-    engine's clock; ``pred_remaining`` is the `sjf` baseline's predicted remaining output tokens.
+    engine's clock; ``pred_remaining`` is the `sjf` baseline's predicted remaining output tokens;
+    ``outputs`` the output tokens so far and ``t_first`` the time of the first (NaN before it).
     """
 
     req_id: np.ndarray
@@ -206,6 +220,8 @@ class Snapshot:
     priority: np.ndarray
     pred_remaining: np.ndarray
     busy: np.ndarray
+    outputs: np.ndarray
+    t_first: np.ndarray
 
     def __len__(self) -> int:
         return int(self.req_id.shape[0])
@@ -227,6 +243,8 @@ class Snapshot:
             "priority": 0,
             "pred_remaining": 0.0,
             "busy": False,
+            "outputs": 0,
+            "t_first": np.nan,
         }
         unknown = set(columns) - {f.name for f in fields(cls)}
         if unknown:

@@ -26,6 +26,7 @@ import numpy as np
 
 from superinfer.core import (
     ENGINE_POLICIES,
+    ROTATING_POLICIES,
     EngineState,
     Moves,
     Params,
@@ -143,12 +144,12 @@ class Simulator:
         self.w, self.cm, self.cfg = workload, cm, cfg
         core_name = core_policy_name(cfg.policy)
         self.policy = get_policy(core_name)
-        self.lossless = core_name == "lvf"
+        self.lossless = core_name in ROTATING_POLICIES
         self.hbm_blocks = (cm.hbm_kv_blocks(cfg.max_num_batched_tokens) if cfg.hbm_blocks is None
                            else int(cfg.hbm_blocks))
-        uses_dram = core_name in ("lvf", "vllm-offload")
+        uses_dram = core_name in ROTATING_POLICIES or core_name == "vllm-offload"
         self.dram_blocks = (cm.dram_blocks() if cfg.dram_blocks is None else cfg.dram_blocks) if uses_dram else 0
-        if core_name == "lvf":
+        if core_name in ROTATING_POLICIES:
             b = cfg.b_xfer if cfg.b_xfer is not None else cm.default_b_xfer(reference_iteration_s(cm, cfg.max_num_seqs))
         elif core_name == "vllm-offload":
             b = UNBOUNDED  # vLLM's offloading connector has no transfer budget

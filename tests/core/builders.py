@@ -33,6 +33,8 @@ class R:
     priority: int = 0
     pred_remaining: float = 0.0
     busy: bool = False
+    outputs: int = 0
+    t_first: float = float("nan")
     extra: dict = field(default_factory=dict)
 
 

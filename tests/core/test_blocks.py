@@ -38,7 +38,7 @@ def test_sync_then_swap_out_copies_only_the_tail_and_swap_in_restores_the_order(
 def run(state, policy, plans=1, now=0.0, b_xfer=100):
     for _ in range(plans):
         p = get_policy(policy).plan(state.snapshot(), state.capacity(b_xfer, 256, 8), Params(), TenantTable(), now)
-        state.apply(p, now, lossless_victims=policy == "lvf")
+        state.apply(p, now, lossless_victims=policy == "lvf-paper")
         now += 0.1
         state.complete_transfers(now)
         state.advance(p, now)
@@ -49,9 +49,9 @@ def run(state, policy, plans=1, now=0.0, b_xfer=100):
 def test_abort_mid_rotation_frees_both_tiers():
     state = EngineState(hbm_blocks=6, dram_blocks=50, block_size=BS)
     state.admit(1, 0.0, 60, 20)
-    run(state, "lvf", plans=3)
+    run(state, "lvf-paper", plans=3)
     state.admit(2, 0.0, 60, 20)  # arrived long ago: lags, rotates 1 out
-    run(state, "lvf", plans=1, now=30.0)
+    run(state, "lvf-paper", plans=1, now=30.0)
     r1 = state.row_of(1)
     assert state.phase[r1] == Phase.ROTARY and state.blocks_dram[r1] > 0
     state.abort(1)
@@ -64,9 +64,9 @@ def test_full_dram_victim_falls_back_to_recompute_and_is_counted():
     state = EngineState(hbm_blocks=8, dram_blocks=0, block_size=BS)
     state.admit(1, 0.0, 63, 20)
     state.admit(2, 0.0, 63, 20)
-    run(state, "lvf", plans=2)  # both prefill, then both decode into their fourth block
+    run(state, "lvf-paper", plans=2)  # both prefill, then both decode into their fourth block
     assert state.counters.preemptions == 0
-    run(state, "lvf", plans=1, now=1.0)  # both need a fifth block, none is free: one must go
+    run(state, "lvf-paper", plans=1, now=1.0)  # both need a fifth block, none is free: one must go
     r2 = state.row_of(2)
     assert state.phase[r2] == Phase.ROTARY
     assert state.num_computed[r2] == 0 and state.counters.recompute_fallbacks == 1

@@ -23,7 +23,7 @@ def test_lvf_is_fcfs_when_everything_fits():
     reqs = (running(1, tokens=40, t_run=NOW - 9), waiting(2, prompt=50, t_arr=NOW - 1), waiting(3, prompt=20, t_arr=NOW - 8))
     s, c = state(*reqs, free=20)
     assert fits_in_hbm(s, c)
-    lvf, fcfs = plan("lvf", s, c), plan("fcfs", s, c)
+    lvf, fcfs = plan("lvf-paper", s, c), plan("fcfs", s, c)
     assert lvf.fcfs_fallback and not fcfs.fcfs_fallback
     assert lvf.decisions() == fcfs.decisions()
     assert sched(lvf) == {1: 1, 2: 50, 3: 20}
@@ -98,7 +98,7 @@ def pressure():
 def test_lvf_serves_largest_vlt_first_and_preempts_from_the_tail():
     reqs = pressure()
     s, c = state(*reqs, free=0)
-    p = plan("lvf", s, c)
+    p = plan("lvf-paper", s, c)
     assert not p.fcfs_fallback
     ids, vlt = p.ranking()
     assert ids.tolist() == [4, 3, 2, 1]
@@ -109,7 +109,7 @@ def test_lvf_serves_largest_vlt_first_and_preempts_from_the_tail():
 
 def test_lvf_victim_copies_only_its_unsynced_tail():
     s, c = state(*pressure(), free=0)
-    p = plan("lvf", s, c)
+    p = plan("lvf-paper", s, c)
     d2h = dict(zip(p.victim_ids.tolist(), p.victim_d2h.tolist()))
     assert d2h == {1: 2, 2: 1}  # request 1 had 2 of its 4 blocks synced, request 2 had 3
     assert (p.victim_mode == VictimMode.SWAP).all()
@@ -119,7 +119,7 @@ def test_lvf_never_preempts_a_request_ranked_at_or_above_the_candidate():
     fresh = waiting(3, prompt=BS * 3, t_arr=NOW)  # VLT -5.5, below both running requests
     old = running(1, tokens=BS * 4 - 5, t_run=NOW - 3)  # VLT -3: it has had less service than fresh lags
     s, c = state(old, fresh, free=0)
-    p = plan("lvf", s, c)
+    p = plan("lvf-paper", s, c)
     assert p.victim_ids.size == 0
     assert sched(p) == {1: 1}
 
@@ -127,7 +127,7 @@ def test_lvf_never_preempts_a_request_ranked_at_or_above_the_candidate():
 def test_lvf_transfer_budget_caps_swap_ins_per_direction():
     many = [rotary(10 + i, tokens=BS * 4, t_last=NOW - 2 - i) for i in range(5)]
     s, c = state(*many, free=100, b_xfer=6)
-    p = plan("lvf", s, c)
+    p = plan("lvf-paper", s, c)
     # FCFS fallback (everything fits), budget still respected; the second swap-in is partial.
     assert p.h2d_blocks <= 6
     assert p.swap_blocks.tolist() == [4, 2]
@@ -138,7 +138,7 @@ def test_lvf_continues_a_partial_swap_in_first():
     loading.blocks_hbm, loading.h2d_pending = 8, 5
     other = rotary(2, tokens=BS * 2, t_last=NOW - 3)
     s, c = state(loading, other, free=10, b_xfer=6)
-    p = plan("lvf", s, c)
+    p = plan("lvf-paper", s, c)
     assert dict(zip(p.swap_ids.tolist(), p.swap_blocks.tolist())) == {1: 5, 2: 1}
 
 
@@ -146,7 +146,7 @@ def test_min_residency_guards_a_fresh_swap_in_from_discretionary_preemption():
     old, young, late, lag = pressure()
     old.residency = young.residency = 1
     s, c = state(old, young, late, lag, free=0)
-    p = plan("lvf", s, c, params=Params(min_residency=4))
+    p = plan("lvf-paper", s, c, params=Params(min_residency=4))
     assert p.victim_ids.size == 0
 
 
@@ -154,15 +154,15 @@ def test_rotation_cap_guards_against_starvation():
     old, young, late, lag = pressure()
     old.rotations = young.rotations = 3
     s, c = state(old, young, late, lag, free=0)
-    assert plan("lvf", s, c, params=Params(max_rotations=3)).victim_ids.size == 0
-    assert plan("lvf", s, c, params=Params(max_rotations=4)).victim_ids.size == 2
+    assert plan("lvf-paper", s, c, params=Params(max_rotations=3)).victim_ids.size == 0
+    assert plan("lvf-paper", s, c, params=Params(max_rotations=4)).victim_ids.size == 2
 
 
 def test_forced_preemption_ignores_guards_so_running_requests_can_always_grow():
     a = running(1, tokens=BS * 2, t_run=NOW - 5, residency=0, rotations=99)
     b = running(2, tokens=BS * 2, t_run=NOW - 1, residency=0, rotations=99)
     s, c = state(a, b, free=1)
-    p = plan("lvf", s, c, params=Params(max_rotations=1))
+    p = plan("lvf-paper", s, c, params=Params(max_rotations=1))
     assert p.victim_ids.tolist() == [1] and p.victim_forced.tolist() == [True]
     assert sched(p) == {2: 1}
 
@@ -171,7 +171,7 @@ def test_full_dram_makes_a_victim_fall_back_to_recompute():
     a = running(1, tokens=BS * 2 + 3, t_run=NOW - 5)
     b = running(2, tokens=BS * 2, t_run=NOW - 1)
     s, c = state(a, b, free=0, dram=0)
-    p = plan("lvf", s, c)
+    p = plan("lvf-paper", s, c)
     assert p.victim_ids.tolist() == [1]
     assert p.victim_mode.tolist() == [VictimMode.RECOMPUTE] and p.victim_d2h.tolist() == [0]
 
@@ -181,20 +181,20 @@ def test_eager_sync_goes_to_likeliest_victims_first_within_the_budget():
     b = running(2, tokens=BS * 3, t_run=NOW - 1)
     w = waiting(3, prompt=BS * 7, t_arr=NOW)  # makes memory pressure: not everything fits
     s, c = state(a, b, w, free=2, b_xfer=4)
-    p = plan("lvf", s, c)
+    p = plan("lvf-paper", s, c)
     assert dict(zip(p.sync_ids.tolist(), p.sync_blocks.tolist())) == {1: 3, 2: 1}
 
 
 def test_plan_is_deterministic():
     s, c = state(*pressure(), free=0)
-    assert plan("lvf", s, c).decisions() == plan("lvf", s, c).decisions()
+    assert plan("lvf-paper", s, c).decisions() == plan("lvf-paper", s, c).decisions()
 
 
 def test_running_requests_keep_their_decode_token_before_prefill_chunks():
     dec = running(1, tokens=BS * 2, t_run=NOW - 50)
     late = waiting(2, prompt=BS * 40, t_arr=NOW - 9)
     s, c = snap(dec, late), cap(30, hbm=60, tokens=100)
-    p = plan("lvf", s, c)
+    p = plan("lvf-paper", s, c)
     assert sched(p) == {1: 1, 2: 99}
     assert p.victim_ids.size == 0  # a chunk that fits needs no victim
     assert int(p.alloc_blocks[p.alloc_ids == 2][0]) == 7
@@ -210,7 +210,7 @@ def test_lvf_admits_nothing_ranked_below_a_request_it_just_preempted():
     late = waiting(2, prompt=BS * 2, t_arr=NOW - 8)  # VLT 2.5, needs 2 blocks: preempts request 1
     early = waiting(3, prompt=BS, t_arr=NOW - 2.5)  # VLT -3: would fit in what is left over
     s, c = state(victim, late, early, free=0)
-    p = plan("lvf", s, c)
+    p = plan("lvf-paper", s, c)
     assert p.victim_ids.tolist() == [1]
     assert sched(p) == {2: BS * 2}
 
@@ -222,7 +222,7 @@ def test_lvf_walks_on_to_swap_ins_when_the_token_budget_is_spent():
     next_new = waiting(3, prompt=BS, t_arr=NOW - 8)  # VLT 2.5: no tokens left
     parked = rotary(4, tokens=BS * 2, t_last=NOW - 0.5)  # VLT 1.2: a swap-in needs no tokens
     s, c = state(big, late, next_new, parked, free=8, tokens=50)
-    p = plan("lvf", s, c)
+    p = plan("lvf-paper", s, c)
     assert not p.fcfs_fallback
     assert sched(p) == {1: 1, 2: 49}
     assert dict(zip(p.swap_ids.tolist(), p.swap_blocks.tolist())) == {4: 2}
@@ -234,7 +234,7 @@ def test_lvf_walks_on_to_new_requests_when_the_link_is_spent():
     second = rotary(3, tokens=BS * 2, t_last=NOW - 1.5)  # VLT 4.2: no link left
     new = waiting(4, prompt=BS, t_arr=NOW - 6)  # VLT 0.5: needs tokens, not the link
     s, c = state(big, first, second, new, free=7, b_xfer=3)
-    p = plan("lvf", s, c)
+    p = plan("lvf-paper", s, c)
     assert not p.fcfs_fallback
     assert dict(zip(p.swap_ids.tolist(), p.swap_blocks.tolist())) == {2: 3}
     assert sched(p) == {1: 1, 4: BS}

@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from superinfer.core import EngineState, Params, Phase, Tenant, TenantTable, get_policy
+from superinfer.core import ROTATING_POLICIES, EngineState, Params, Phase, Tenant, TenantTable, get_policy
 from superinfer.core.planner import fits_in_hbm
 from superinfer.core.policies import POLICIES
 from superinfer.core.types import blocks_for
@@ -26,6 +26,9 @@ def requests(draw, req_id: int) -> R:
         return R(req_id, phase, t_last=t_arr, t_run=t_arr, num_tokens=prompt, **common)
     computed = draw(st.integers(1, 8 * BS))
     todo = draw(st.sampled_from([1, 1, 1, draw(st.integers(1, 3 * BS))]))
+    outputs = draw(st.integers(0, 60))
+    if outputs:
+        common.update(outputs=outputs, t_first=draw(st.floats(t_arr, NOW)))
     if phase == Phase.ROTARY:
         parked = draw(st.booleans())
         kept = blocks_for(computed, BS) if parked else 0
@@ -48,7 +51,9 @@ def states(draw):
     c = cap(free, hbm=max(hbm, held + free), b_xfer=draw(st.integers(0, 12)), tokens=draw(st.integers(1, 300)),
             seqs=draw(st.integers(1, 16)), dram=draw(st.integers(0, 60)))
     params = Params(alpha=draw(st.floats(0, 10)), delta_b=draw(st.floats(-1, 1)), delta_f=draw(st.floats(-2, 2)),
-                    min_residency=draw(st.integers(0, 5)), max_rotations=draw(st.integers(0, 6)))
+                    min_residency=draw(st.integers(0, 5)), max_rotations=draw(st.integers(0, 6)),
+                    slack_gate_s=draw(st.floats(-5, 5)), rotation_margin_s=draw(st.floats(0, 2)),
+                    hopeless_last=draw(st.integers(0, 1)))
     return snap(*reqs), c, params
 
 
@@ -107,6 +112,38 @@ def test_lvf_is_fcfs_when_everything_fits_and_never_preempts_above_an_admission(
             assert s.residency[r] >= params.min_residency and s.rotations[r] < params.max_rotations
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(states())
+def test_lvf_v2_rotates_only_when_it_pays(state):
+    """RotaSched v2's guards (design: docs/design.md "RotaSched v2"): every discretionary victim is ahead
+    of its SLO by at least ``slack_gate_s`` and ranks below every admitted candidate by more than
+    ``rotation_margin_s``; candidates already past their TTFT SLO never displace anyone."""
+    s, c, params = state
+    p = get_policy("lvf").plan(s, c, params, TENANTS, NOW)
+    if p.fcfs_fallback:
+        return
+    row = {int(i): k for k, i in enumerate(s.req_id)}
+    vlt = dict(zip(p.vlt_ids.tolist(), p.vlt_values.tolist()))
+    discretionary = [v for v, f in zip(p.victim_ids.tolist(), p.victim_forced.tolist()) if not f]
+    if not discretionary:
+        return
+    for v in discretionary:
+        r = row[v]
+        k, ten = int(s.outputs[r]), int(s.tenant[r])
+        if k > 0:
+            slack = TENANTS.tbt_slo[ten] * (k - 1) - (NOW - s.t_first[r])
+        else:
+            slack = TENANTS.ttft_slo[ten] - (NOW - s.t_arr[r])
+        assert slack >= params.slack_gate_s, "a victim without enough slack"
+    admitted = [i for i in p.alloc_ids.tolist() if s.phase[row[i]] != Phase.RUNNING and s.blocks_hbm[row[i]] == 0]
+    assert admitted, "discretionary victims only make room for admissions"
+    assert max(vlt[v] for v in discretionary) < min(vlt[a] for a in admitted) - params.rotation_margin_s + 1e-12
+    if params.hopeless_last:
+        late = [a for a in admitted if s.outputs[row[a]] == 0 and s.phase[row[a]] != Phase.RUNNING
+                and NOW - s.t_arr[row[a]] > TENANTS.ttft_slo[int(s.tenant[row[a]])]]
+        assert len(late) < len(admitted), "only requests past their TTFT SLO were admitted, yet someone was displaced"
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.sampled_from(sorted(POLICIES)),
@@ -121,7 +158,7 @@ def test_random_runs_lose_nothing_and_keep_every_invariant(name, seed, hbm, b_xf
     rng = np.random.default_rng(seed)
     state = EngineState(hbm_blocks=hbm, dram_blocks=dram, block_size=BS)
     policy, params = get_policy(name), Params(min_residency=2, max_rotations=3)
-    lossless = name == "lvf"
+    lossless = name in ROTATING_POLICIES
     now, rid = 0.0, 0
     for it in range(5000):
         if it < 150:
@@ -133,7 +170,7 @@ def test_random_runs_lose_nothing_and_keep_every_invariant(name, seed, hbm, b_xf
         elif len(state) == 0:
             break
         s = state.snapshot()
-        c = state.capacity(b_xfer=max(b_xfer, 1) if name == "lvf" else 1 << 30, token_budget=64, max_num_seqs=8)
+        c = state.capacity(b_xfer=max(b_xfer, 1) if name in ROTATING_POLICIES else 1 << 30, token_budget=64, max_num_seqs=8)
         p = policy.plan(s, c, params, TENANTS, now)
         check_plan(name, s, c, p)
         moves = state.apply(p, now, lossless_victims=lossless)
