@@ -5,7 +5,7 @@ Imports neither torch nor vLLM. Engine adapters (``superinfer.sim``, ``superinfe
 """
 
 from superinfer.core.blocks import BlockPool, KVLedger, PoolExhausted
-from superinfer.core.budget import b_xfer_blocks
+from superinfer.core.budget import b_xfer_blocks, slo_token_budget
 from superinfer.core.policies import ENGINE_POLICIES, POLICIES, ROTATING_POLICIES, Policy, core_policy_name, get_policy, ranking
 from superinfer.core.state import EngineState, Finished, Moves, Sampled
 from superinfer.core.table import RequestTable
@@ -53,4 +53,5 @@ __all__ = [
     "get_policy",
     "rank_order",
     "ranking",
+    "slo_token_budget",
 ]

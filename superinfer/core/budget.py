@@ -9,6 +9,7 @@ the daemon all call this one function.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 DEFAULT_ETA = 0.8
 
@@ -25,3 +26,25 @@ def b_xfer_blocks(
     if not (0 < eta <= 1):
         raise ValueError(f"eta: expected 0 < eta <= 1, got {eta!r}")
     return int(math.floor(eta * duplex_bw_bytes_per_s * iteration_s / block_bytes))
+
+
+def slo_token_budget(step_s: Callable[[int], float], target_s: float, decodes: int, max_tokens: int) -> int:
+    """RotaSched v2's SLO-aware token budget: the most tokens an iteration may schedule so that its
+    predicted time stays within ``target_s`` (a share of the tightest TBT SLO), keeping the running
+    decodes inside their SLO while prefill chunks fill the rest.
+
+    ``step_s(p)`` predicts the iteration time with ``decodes`` decodes and ``p`` prefill tokens
+    (non-decreasing in ``p``; the engine's cost model or calibration fit). The budget never drops below
+    ``decodes`` (decodes are never cut, even when they alone exceed the target); it is ``max_tokens``
+    when there is nothing to protect or everything fits.
+    """
+    if decodes <= 0 or step_s(max(max_tokens - decodes, 0)) <= target_s:
+        return max_tokens
+    lo, hi = 0, max(max_tokens - decodes, 0)  # step_s(lo) may exceed target: then no prefill, decodes only
+    while lo < hi:  # the largest p in [0, hi] with step_s(p) <= target_s
+        mid = (lo + hi + 1) // 2
+        if step_s(mid) <= target_s:
+            lo = mid
+        else:
+            hi = mid - 1
+    return min(max_tokens, decodes + lo)

@@ -109,6 +109,7 @@ PARAM_BOUNDS: dict[str, tuple[float, float]] = {
     "slack_gate_s": (-3600.0, 3600.0),  # -3600: off (any running request may be a discretionary victim)
     "rotation_margin_s": (0.0, 60.0),  # 0: off (any VLT difference displaces)
     "hopeless_last": (0, 1),  # 0: off (late waiting requests rank and displace as any other)
+    "step_slo_share": (0.0, 10.0),  # 0: off (the full token budget every iteration)
 }
 
 
@@ -129,6 +130,9 @@ class Params:
     # Waiting requests already past their TTFT SLO rank after those that can still meet it, and never
     # displace a running request (Andes: a hopeless request gains nothing from service now).
     hopeless_last: int = 1
+    # Iterations with running decodes are sized to this share of the tightest TBT SLO (prefill chunks cut
+    # to fit, decodes never); needs the engine's step-time model (the twin's cost model).
+    step_slo_share: float = 1.0
     sarathi_token_budget: int = 512  # the stall-free budget of the `sarathi` baseline
 
     def __post_init__(self) -> None:
