@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
+from dataclasses import asdict
 
 from superinfer.core import Params
 from superinfer.sim.bench import RunSpec, run_grid
@@ -37,10 +37,14 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--base", default="", help="knob=value,... overriding the Params defaults of the base")
+    ap.add_argument("--only", default="", help="comma-separated knobs to sweep (default: all)")
     a = ap.parse_args()
-    base = Params()
+    base = Params().replace(**{k: float(v) if "." in v or "e" in v else int(v)
+                               for k, v in (kv.split("=") for kv in a.base.split(",") if kv)})
+    sweeps = {k: v for k, v in SWEEPS.items() if not a.only or k in a.only.split(",")}
     specs, tags = [], []
-    for knob, values in SWEEPS.items():
+    for knob, values in sweeps.items():
         for v in values:
             p = base.replace(**{knob: v})
             for model, wl, rps in POINTS:
@@ -66,8 +70,8 @@ def main() -> None:
     summary = {k: {"mean_slo_attainment": sum(v["slo"]) / len(v["slo"]),
                    "mean_tok_s": sum(v["tok_s"]) / len(v["tok_s"]),
                    "mean_rotations": sum(v["rotations"]) / len(v["rotations"])} for k, v in table.items()}
-    out = {"command": "python bench/v2_sweep.py " + " ".join(sys.argv[1:]), "base": vars(base) if hasattr(base, "__dict__") else str(base),
-           "points": POINTS, "sweeps": SWEEPS, "summary": summary, "runs": runs}
+    out = {"command": "python bench/v2_sweep.py " + " ".join(sys.argv[1:]), "base": asdict(base),
+           "points": POINTS, "sweeps": sweeps, "summary": summary, "runs": runs}
     with open(a.out, "w") as fh:
         json.dump(out, fh, indent=1, default=str)
     for k, v in summary.items():

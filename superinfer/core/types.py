@@ -105,7 +105,8 @@ PARAM_BOUNDS: dict[str, tuple[float, float]] = {
     "delta_f": (-60.0, 60.0),
     "min_residency": (0, 10_000),
     "max_rotations": (0, 1_000_000),
-    # RotaSched v2 (`lvf`; `lvf-paper` ignores these). See docs/design.md "RotaSched v2".
+    # RotaSched v2 (`lvf`; `lvf-paper` ignores these). See docs/design.md "RotaSched v2"; defaults are
+    # the best of each knob's sweep (bench/results/v2_sweep*.json, bench/v2_sweep.py).
     "slack_gate_s": (-3600.0, 3600.0),  # -3600: off (any running request may be a discretionary victim)
     "rotation_margin_s": (0.0, 60.0),  # 0: off (any VLT difference displaces)
     "hopeless_last": (0, 1),  # 0: off (late waiting requests rank and displace as any other)
@@ -124,15 +125,15 @@ class Params:
     max_rotations: int = 64  # discretionary rotations per request, against starvation
     # A discretionary victim must be ahead of its SLO by this much: TBT slack S_B·(k−1) − (t − t_first)
     # after k tokens, or TTFT slack S_F − (t − t_arr) before the first (seconds).
-    slack_gate_s: float = 1.0
+    slack_gate_s: float = 3.0
     # A candidate displaces a running request only if its VLT exceeds the victim's by more than this.
-    rotation_margin_s: float = 0.0
+    rotation_margin_s: float = 2.0
     # Waiting requests already past their TTFT SLO rank after those that can still meet it, and never
     # displace a running request (Andes: a hopeless request gains nothing from service now).
     hopeless_last: int = 1
     # Iterations with running decodes are sized to this share of the tightest TBT SLO (prefill chunks cut
     # to fit, decodes never); needs the engine's step-time model (the twin's cost model).
-    step_slo_share: float = 1.0
+    step_slo_share: float = 0.8
     sarathi_token_budget: int = 512  # the stall-free budget of the `sarathi` baseline
 
     def __post_init__(self) -> None:

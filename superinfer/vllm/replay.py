@@ -31,7 +31,8 @@ ENGINE_ENV: dict[str, str] = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 #: bench names -> how the engine is configured
-ENGINE_POLICIES = ("vllm", "vllm-priority", "lvf")
+ENGINE_POLICIES = ("vllm", "vllm-priority", "lvf-paper", "lvf")
+ROTA_POLICIES = ("lvf-paper", "lvf")  # RotaScheduler + DuplexKVConnector, core policy of that name
 
 
 @dataclass
@@ -64,12 +65,12 @@ def open_engine(spec: EngineSpec, workdir: Path) -> Iterator[Any]:
     kwargs: dict[str, Any] = {}
     if spec.policy == "vllm-priority":
         kwargs["scheduling_policy"] = "priority"
-    if spec.policy == "lvf":
+    if spec.policy in ROTA_POLICIES:
         from superinfer.vllm.params import write_params
 
         pf = workdir / "params.json"
         write_params(pf, spec.params)
-        extra: dict[str, Any] = {"params_file": str(pf)}
+        extra: dict[str, Any] = {"params_file": str(pf), "policy": spec.policy}
         if spec.host_blocks:
             extra["host_blocks"] = spec.host_blocks
         if spec.load:
