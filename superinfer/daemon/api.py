@@ -17,13 +17,14 @@ from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from superinfer import __version__
 from superinfer.daemon.backends.base import Backend, Host
 from superinfer.daemon.httputil import HttpError, error, json_body
 from superinfer.daemon.metrics import CONTENT_TYPE_LATEST
-from superinfer.daemon.params import BOUNDS, ParamError
+from superinfer.daemon.params import BOUNDS, INTEGER_KEYS, ParamError
+from superinfer.daemon.schema import SCHEMA
 from superinfer.daemon.wire import STATE_SCHEMA_VERSION
 
 
@@ -47,17 +48,21 @@ class ControlHost(Host, Protocol):
     def state(self) -> dict[str, Any]: ...
 
 
-class ParamsUpdate(BaseModel):
-    """Body of ``PUT /v1/params``: any subset; bounds as in ``superinfer.core.PARAM_BOUNDS``."""
+def _params_update_model() -> type[BaseModel]:
+    """Body of ``PUT /v1/params`` (for the OpenAPI schema; :func:`validate_update` is what checks a body):
+    any subset of every live knob of the core (bounds as in ``superinfer.core.PARAM_BOUNDS``) and
+    ``b_xfer``."""
+    help = {**{k: v.help for k, v in SCHEMA["scheduler"].items() if k in BOUNDS},
+            "b_xfer": "blocks per iteration per direction"}
+    fields: dict[str, Any] = {
+        key: (int | None if key in INTEGER_KEYS else float | None,
+              Field(None, ge=lo, le=hi, description=help.get(key)))
+        for key, (lo, hi) in BOUNDS.items()}
+    return create_model("ParamsUpdate", __config__=ConfigDict(extra="forbid"),
+                        __doc__=_params_update_model.__doc__, **fields)
 
-    model_config = ConfigDict(extra="forbid")
-    alpha: float | None = Field(None, ge=BOUNDS["alpha"][0], le=BOUNDS["alpha"][1], description="VLT weight of rotary requests")
-    delta_b: float | None = Field(None, ge=BOUNDS["delta_b"][0], le=BOUNDS["delta_b"][1], description="TBT slack δ_B (s)")
-    delta_f: float | None = Field(None, ge=BOUNDS["delta_f"][0], le=BOUNDS["delta_f"][1], description="TTFT slack δ_F (s)")
-    min_residency: int | None = Field(None, ge=BOUNDS["min_residency"][0], le=BOUNDS["min_residency"][1])
-    max_rotations: int | None = Field(None, ge=BOUNDS["max_rotations"][0], le=BOUNDS["max_rotations"][1])
-    b_xfer: int | None = Field(None, ge=BOUNDS["b_xfer"][0], le=BOUNDS["b_xfer"][1],
-                               description="blocks per iteration per direction")
+
+ParamsUpdate = _params_update_model()
 
 
 def _authorized(request: Request, token: str) -> bool:

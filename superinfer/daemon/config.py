@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from superinfer.core import Params, Tenant, TenantTable
+from superinfer.daemon.params import PARAM_KEYS
 from superinfer.daemon.profiles import Profile, ProfileError, find_profile, load_profile
 from superinfer.daemon.schema import SCHEMA, TENANT_KEYS, Key, SchemaError, check_value, parse_text
 
@@ -63,9 +64,9 @@ class Config:
         return Path(self.d("state_dir"))
 
     def params(self) -> Params:
+        """The ``[scheduler]`` knobs (every key of ``PARAM_BOUNDS``) as the core's :class:`Params`."""
         s = self.values["scheduler"]
-        return Params(alpha=s["alpha"].value, delta_b=s["delta_b"].value, delta_f=s["delta_f"].value,
-                      min_residency=s["min_residency"].value, max_rotations=s["max_rotations"].value)
+        return Params().replace(**{k: s[k].value for k in PARAM_KEYS})
 
     def tenant_table(self) -> TenantTable:
         return TenantTable(self.tenants)

@@ -14,11 +14,13 @@ from collections.abc import Iterable, Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, disable_created_metrics, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from superinfer.daemon.params import PARAM_KEYS
+
 PHASES = ("waiting", "rotary", "running")
 DIRECTIONS = ("h2d", "d2h")
 TIERS = ("hbm", "dram")
 SLOS = ("ttft", "tbt", "both")
-PARAM_NAMES = ("alpha", "delta_b", "delta_f", "min_residency", "max_rotations")
+PARAM_NAMES = PARAM_KEYS  # every live knob of the core (superinfer.core.PARAM_BOUNDS)
 
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 GAP_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)

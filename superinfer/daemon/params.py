@@ -4,6 +4,11 @@ Invariants: :attr:`ParamStore.values` always passed :func:`validate_update` (bou
 ``superinfer.core.PARAM_BOUNDS``; ``b_xfer`` within :data:`B_XFER_BOUNDS`); ``version`` increases by one
 per accepted change; every accepted change is written to the params file atomically (temporary file +
 ``os.replace``) in the format of ``superinfer/vllm/params.py`` before listeners are told.
+
+The live-tunable knobs are exactly the keys of ``PARAM_BOUNDS`` (:data:`PARAM_KEYS`); their defaults and
+which of them are integers come from the fields of :class:`~superinfer.core.Params`. Every other daemon
+module (profile schema, config, persistence, metrics, the API's body model) takes its key list from here,
+so a knob added to the core is reachable everywhere with no edit in the daemon.
 """
 
 from __future__ import annotations
@@ -11,15 +16,22 @@ from __future__ import annotations
 import math
 import threading
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable
 
 from superinfer.core import PARAM_BOUNDS, Params, Tenant
 from superinfer.daemon.lifecycle import write_json_atomic
 
+#: the live-tunable scheduler knobs, in ``PARAM_BOUNDS`` order
+PARAM_KEYS: tuple[str, ...] = tuple(PARAM_BOUNDS)
+#: each knob's default: its ``Params`` field default
+PARAM_DEFAULTS: dict[str, float | int] = {f.name: f.default for f in fields(Params) if f.name in PARAM_BOUNDS}
+#: knobs that take integers: those whose ``Params`` default is an int
+INTEGER_PARAM_KEYS: tuple[str, ...] = tuple(k for k in PARAM_KEYS if isinstance(PARAM_DEFAULTS[k], int))
 B_XFER_BOUNDS: tuple[int, int] = (0, 1_000_000)
 BOUNDS: dict[str, tuple[float, float]] = {**PARAM_BOUNDS, "b_xfer": B_XFER_BOUNDS}
-INTEGER_KEYS = ("min_residency", "max_rotations", "b_xfer")
+INTEGER_KEYS: tuple[str, ...] = INTEGER_PARAM_KEYS + ("b_xfer",)
 
 
 class ParamError(ValueError):
@@ -60,11 +72,9 @@ class ParamStore:
 
     def __init__(self, params: Params, b_xfer: int, tenants: list[Tenant], path: Path, source: str) -> None:
         self._lock = threading.Lock()
-        self.values: dict[str, float | int] = {
-            "alpha": params.alpha, "delta_b": params.delta_b, "delta_f": params.delta_f,
-            "min_residency": params.min_residency, "max_rotations": params.max_rotations, "b_xfer": int(b_xfer),
-        }
-        validate_update(self.values)
+        self._base = params  # fields that are not live knobs (e.g. sarathi_token_budget) are kept from here
+        self.values: dict[str, float | int] = validate_update(
+            {**{k: getattr(params, k) for k in PARAM_KEYS}, "b_xfer": int(b_xfer)})
         self.tenants = tenants
         self.path = path
         self.version = 1
@@ -75,8 +85,7 @@ class ParamStore:
 
     def params(self) -> Params:
         v = self.values
-        return Params(alpha=float(v["alpha"]), delta_b=float(v["delta_b"]), delta_f=float(v["delta_f"]),
-                      min_residency=int(v["min_residency"]), max_rotations=int(v["max_rotations"]))
+        return self._base.replace(**{k: int(v[k]) if k in INTEGER_PARAM_KEYS else float(v[k]) for k in PARAM_KEYS})
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:

@@ -3,6 +3,8 @@
 Invariants: every key a profile may hold is listed here (anything else is an error); every value a
 profile, an environment variable or a flag supplies passes :func:`check_value` before use; defaults
 themselves pass it (checked at import). Tenants (``[[tenants]]``) are described by :data:`TENANT_KEYS`.
+The ``[scheduler]`` knobs are generated from ``superinfer.core.PARAM_BOUNDS`` (bounds) and ``Params``
+(defaults, int or float), so every live-tunable knob of the core is a profile key.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from superinfer.core import ENGINE_POLICIES, PARAM_BOUNDS
+from superinfer.daemon.params import INTEGER_PARAM_KEYS, PARAM_DEFAULTS, PARAM_KEYS
 
 
 @dataclass(frozen=True)
@@ -48,9 +51,30 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
 
 
-def _bounded(name: str, kind: str, default: Any, help: str) -> Key:
+#: what each scheduler knob does (``superinferd config show``, the API schema); a knob missing here still
+#: gets a key, with a generic help
+KNOB_HELP: dict[str, str] = {
+    "alpha": "VLT weight of rotary requests",
+    "delta_b": "TBT slack δ_B (s)",
+    "delta_f": "TTFT slack δ_F (s)",
+    "min_residency": "iterations after a swap-in before a request may be a victim",
+    "max_rotations": "discretionary rotations per request",
+    "slack_gate_s": "lvf: a discretionary victim must be ahead of its SLO by this much (s); -3600: off",
+    "rotation_margin_s": "lvf: a candidate displaces a running request only if its VLT exceeds the victim's "
+                         "by more than this (s); 0: off",
+    "hopeless_last": "lvf: 1: waiting requests already past their TTFT SLO rank last and never displace; 0: off",
+    "step_slo_share": "lvf: iterations with running decodes are sized to this share of the tightest TBT SLO "
+                      "(prefill chunks cut, decodes never; needs a step-time model); 0: off",
+}
+
+
+def _knob(name: str) -> Key:
+    """The profile key of one live knob: bounds from ``PARAM_BOUNDS``, default and kind from ``Params``."""
     lo, hi = PARAM_BOUNDS[name]
-    return Key(kind, default, help, lo, hi)
+    kind = "int" if name in INTEGER_PARAM_KEYS else "float"
+    default = PARAM_DEFAULTS[name]
+    help = KNOB_HELP.get(name, f"scheduler knob {name} (superinfer.core.Params)")
+    return Key(kind, int(default) if kind == "int" else float(default), help, lo, hi)
 
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -85,13 +109,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
                               "default tenant, or reject it (HTTP 400)", choices=("default", "reject")),
     },
     "scheduler": {
-        "policy": Key("choice", "lvf", "scheduling policy (lvf = RotaSched; others are baselines, twin only)",
+        "policy": Key("choice", "lvf", "scheduling policy (lvf = RotaSched v2, lvf-paper = the paper's RotaSched; "
+                      "others are baselines, twin only)",
                       choices=ENGINE_POLICIES),
-        "alpha": _bounded("alpha", "float", 3.0, "VLT weight of rotary requests"),
-        "delta_b": _bounded("delta_b", "float", 0.0, "TBT slack δ_B (s)"),
-        "delta_f": _bounded("delta_f", "float", 0.5, "TTFT slack δ_F (s)"),
-        "min_residency": _bounded("min_residency", "int", 4, "iterations after a swap-in before a request may be a victim"),
-        "max_rotations": _bounded("max_rotations", "int", 64, "discretionary rotations per request"),
+        **{name: _knob(name) for name in PARAM_KEYS},
         "b_xfer": Key("b_xfer", "auto", "transfer budget; auto: vllm from the startup probe, sim from the twin's hardware"),
         "probe_size_mb": Key("int", 8, "startup probe: MiB per direction (small keeps startup fast)", 1, 1 << 16),
         "probe_repeats": Key("int", 3, "startup probe: repeats (median)", 1, 100),

@@ -15,11 +15,11 @@ from typing import Any
 from superinfer.daemon import lifecycle as lc
 from superinfer.daemon.backends.base import Backend
 from superinfer.daemon.config import Config
-from superinfer.daemon.params import ParamStore
+from superinfer.daemon.params import PARAM_DEFAULTS, PARAM_KEYS, ParamStore, validate_update
 
 log = logging.getLogger("superinfer.daemon")
 FALLBACK_B_XFER = 64  # the plugin's default when nothing better is known
-PERSISTED_PARAM_KEYS = ("alpha", "delta_b", "delta_f", "min_residency", "max_rotations")
+PERSISTED_PARAM_KEYS = PARAM_KEYS  # every live knob of the core (superinfer.core.PARAM_BOUNDS)
 
 
 def probe_bandwidth(cfg: Config, block_bytes: int | None) -> dict[str, Any] | None:
@@ -67,20 +67,32 @@ def initial_params(cfg: Config, b: Backend, probe: dict[str, Any] | None, state_
     source = "profile"
     persisted = lc.read_json(state_dir / lc.STATE_FILE)
     if persisted and persisted.get("profile") == cfg.profile:
-        now_profile = {k: cfg.get("scheduler", k) for k in PERSISTED_PARAM_KEYS}
-        if persisted.get("profile_params") == now_profile and isinstance(persisted.get("params"), dict):
+        restored = _restorable(persisted, {k: cfg.get("scheduler", k) for k in PERSISTED_PARAM_KEYS})
+        if restored is not None:
             try:
-                params = params.replace(**{k: persisted["params"][k] for k in PERSISTED_PARAM_KEYS})
+                params = params.replace(**validate_update(restored)) if restored else params
                 source = f"state:{state_dir / lc.STATE_FILE}"
                 log.info("live params restored from %s (the profile's scheduler section is unchanged)",
                          state_dir / lc.STATE_FILE)
             except (KeyError, ValueError, TypeError) as exc:
                 log.warning("ignoring persisted params in %s: %s", state_dir / lc.STATE_FILE, exc)
     store = ParamStore(params, b_xfer, cfg.tenants, state_dir / lc.PARAMS_FILE, source)
-    log.info("params (%s): alpha=%g delta_b=%g delta_f=%g min_residency=%d max_rotations=%d; B_xfer=%d (%s)",
-             source, params.alpha, params.delta_b, params.delta_f, params.min_residency, params.max_rotations,
-             b_xfer, b_src)
+    log.info("params (%s): %s; B_xfer=%d (%s)", source,
+             " ".join(f"{k}={getattr(params, k):g}" for k in PERSISTED_PARAM_KEYS), b_xfer, b_src)
     return store
+
+
+def _restorable(persisted: dict[str, Any], now_profile: dict[str, Any]) -> dict[str, Any] | None:
+    """The persisted live values to restore, or None when the profile's knobs changed since they were
+    saved. A knob the saved state does not name (saved before the knob existed) counts as unchanged if
+    the profile leaves it at its default, and keeps the profile's value; knobs the core no longer has
+    are ignored."""
+    saved_profile, saved = persisted.get("profile_params"), persisted.get("params")
+    if not isinstance(saved_profile, dict) or not isinstance(saved, dict):
+        return None
+    if any(saved_profile.get(k, PARAM_DEFAULTS[k]) != v for k, v in now_profile.items()):
+        return None
+    return {k: saved[k] for k in now_profile if k in saved}
 
 
 def persist(path: Path, cfg: Config, backend: Backend, store: ParamStore, uptime_s: float,

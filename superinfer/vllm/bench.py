@@ -25,6 +25,8 @@ from typing import Any
 import click
 import numpy as np
 
+from superinfer.core import PARAM_BOUNDS, Params
+
 
 def _requests(workload: str, arrival: str, rps: float, duration: float, seed: int, max_len: int):
     from superinfer.sim.workload import load_workload
@@ -121,22 +123,22 @@ def instrument_stock(sched: Any) -> dict[str, int]:
 def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, float], workdir: Path) -> dict[str, Any]:
     from superinfer.core import Tenant, TenantTable
     from superinfer.sim.metrics import run_metrics
-    from superinfer.vllm.replay import EngineSpec, open_engine, replay, scheduler_of, to_trace
+    from superinfer.vllm.replay import ROTA_POLICIES, EngineSpec, open_engine, replay, scheduler_of, to_trace
 
     w, arr, prompt, output, prompts = _requests(o["workload"], o["arrival"], o["rps"], o["duration"], seed,
                                                o["max_model_len"])
     ttft_slo, tbt_slo = slo
     params = {"ttft_slo": ttft_slo, "tbt_slo": tbt_slo, "alpha": o["alpha"], "delta_b": o["delta_b"],
               "delta_f": o["delta_f"], "b_xfer": o["b_xfer"]}
-    for k in ("min_residency", "max_rotations"):
-        if o.get(k) is not None:
+    for k in PARAM_BOUNDS:  # every other knob: only when given (else the params file's default)
+        if k not in params and o.get(k) is not None:
             params[k] = o[k]
     spec = EngineSpec(model=o["model"], policy=policy, num_blocks=o["num_blocks"], block_size=o["block_size"],
                       max_model_len=o["max_model_len"], max_num_seqs=o["max_num_seqs"],
                       max_num_batched_tokens=o["max_num_batched_tokens"], params=params,
                       host_blocks=o["host_blocks"], load=o.get("load"))
     with open_engine(spec, workdir) as llm:
-        stock = instrument_stock(scheduler_of(llm)) if policy != "lvf" else None
+        stock = instrument_stock(scheduler_of(llm)) if policy not in ROTA_POLICIES else None
         load = HostLoad()
         r = replay(llm, arr, prompts, output, o["duration"], o["drain"])
         host = load.result()
@@ -171,6 +173,24 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
     return out
 
 
+#: knobs with an option of their own below; every other knob of PARAM_BOUNDS gets one from _knob_options
+_EXPLICIT_KNOBS = ("alpha", "delta_b", "delta_f", "min_residency", "max_rotations")
+
+
+def _knob_options(f: Any) -> Any:
+    """``--<knob>`` for every live knob of the core without an option of its own below (int or float range
+    from ``PARAM_BOUNDS``; unset: the params default), so a knob added to the core is an option."""
+    from dataclasses import fields
+
+    ints = {fd.name for fd in fields(Params) if isinstance(fd.default, int)}
+    for name in reversed([k for k in PARAM_BOUNDS if k not in _EXPLICIT_KNOBS]):
+        lo, hi = PARAM_BOUNDS[name]
+        kind = click.IntRange(int(lo), int(hi)) if name in ints else click.FloatRange(lo, hi)
+        f = click.option("--" + name.replace("_", "-"), name, default=None, type=kind,
+                         help=f"lvf: scheduler knob {name} (default: the params default).")(f)
+    return f
+
+
 @click.command("vllm")
 @click.option("--model", "model_dir", default=None, type=click.Path(file_okay=False), help="Model directory.")
 @click.option("--build-tiny", default=None, type=click.Path(file_okay=False), help="Build the tiny Llama here and use it.")
@@ -179,7 +199,7 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
 @click.option("--rps", default=4.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
 @click.option("--duration", default=30.0, show_default=True, type=click.FloatRange(min=1.0), help="Seconds of arrivals.")
 @click.option("--drain", default=60.0, show_default=True, type=click.FloatRange(min=0))
-@click.option("--policies", default="vllm,vllm-priority,lvf", show_default=True)
+@click.option("--policies", default="vllm,vllm-priority,lvf-paper,lvf", show_default=True)
 @click.option("--seeds", default=2, show_default=True, type=click.IntRange(1, 100))
 @click.option("--ttft-slo", default=None, type=click.FloatRange(min=0, min_open=True), help="Seconds (else --slo-scale).")
 @click.option("--tbt-slo", default=None, type=click.FloatRange(min=0, min_open=True), help="Seconds (else --slo-scale).")
@@ -192,6 +212,7 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
               help="lvf: steps after a swap-in before a discretionary rotation (default: the params default).")
 @click.option("--max-rotations", default=None, type=click.IntRange(min=0),
               help="lvf: discretionary rotations per request (default: the params default).")
+@_knob_options
 @click.option("--b-xfer", default=64, show_default=True, type=click.IntRange(min=0))
 @click.option("--num-blocks", default=64, show_default=True, type=click.IntRange(min=2), help="KV blocks (pressure).")
 @click.option("--host-blocks", default=4096, show_default=True, type=click.IntRange(min=1))
@@ -270,7 +291,7 @@ def bench_vllm(**o: Any) -> None:
         Path(str(o["json_path"])).write_text(text + "\n")
     if o["json_path"] != "-":
         click.echo(f"SLOs: TTFT {slo[0]:.3f} s, TBT {slo[1]:.4f} s")
-        click.echo(f"{'policy':<14} {'TTFT att %':>20} {'TBT att %':>20} {'TTFT p90 s':>10} {'preempt':>8} {'rot':>6} {'swap-in':>7} {'recomp tok':>10} {'other cpu':>9}")
+        click.echo(f"{'policy':<14} {'SLO att %':>20} {'TTFT att %':>20} {'TBT att %':>20} {'gap att %':>9} {'TTFT p90 s':>10} {'preempt':>8} {'rot':>6} {'swap-in':>7} {'recomp tok':>10} {'other cpu':>9}")
         for r in result["summary"]:
             def ci(k: str) -> str:
                 m, (lo, hi) = r[k]["mean"], r[k]["ci95"]
@@ -283,6 +304,8 @@ def bench_vllm(**o: Any) -> None:
                     vals = [x["host"]["other_cpu_share"] for x in mine if x["host"]["other_cpu_share"] is not None]
                     return float(np.mean(vals)) if vals else float("nan")
                 return float(np.mean([x[k] for x in mine]))
-            click.echo(f"{r['policy']:<14} {ci('ttft_attainment'):>20} {ci('tbt_attainment'):>20} {p90:>10.3f} "
+            gap = 100 * r["tbt_gap_attainment"]["mean"] if "tbt_gap_attainment" in r else float("nan")
+            click.echo(f"{r['policy']:<14} {ci('slo_attainment'):>20} {ci('ttft_attainment'):>20} "
+                       f"{ci('tbt_attainment'):>20} {gap:>9.1f} {p90:>10.3f} "
                        f"{r['preemptions']['mean']:>8.0f} {r['rotations']['mean']:>6.0f} "
                        f"{mean('swap_ins'):>7.0f} {mean('recomputed_tokens'):>10.0f} {mean('other'):>9.2f}")

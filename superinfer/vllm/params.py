@@ -4,11 +4,14 @@ The file (path from ``$SUPERINFER_PARAMS_FILE`` or ``kv_connector_extra_config["
 any subset of::
 
     {"alpha": 3.0, "delta_b": 0.0, "delta_f": 0.5, "min_residency": 4, "max_rotations": 64,
+     "slack_gate_s": 1.0, "rotation_margin_s": 0.0, "hopeless_last": 1, ...,
      "b_xfer": 64, "ttft_slo": 5.0, "tbt_slo": 0.1,
      "tenants": {"voice": {"ttft_slo": 2.0, "tbt_slo": 0.05, "weight": 2.0}}}
 
-Missing keys keep their defaults. :meth:`ParamSource.current` costs one ``os.stat`` at most every
-``check_every_s`` seconds and re-reads the file only when its mtime (or size) changed. Invariants: the
+The scheduler knobs are every key of ``superinfer.core.PARAM_BOUNDS`` (:data:`PARAM_KEYS`); those whose
+:class:`Params` default is an int take integers. Missing keys keep their defaults (``Params``'s).
+:meth:`ParamSource.current` costs one ``os.stat`` at most every ``check_every_s`` seconds and re-reads
+the file only when its mtime (or size) changed. Invariants: the
 values returned always passed validation (``superinfer.core.PARAM_BOUNDS`` via :class:`Params`,
 ``b_xfer`` within :data:`B_XFER_BOUNDS`, tenants via :class:`Tenant`); a bad or unreadable file is logged
 once per change and ignored, so the last good values stay in force. Writers should replace the file
@@ -22,11 +25,11 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from superinfer.core import Params, Tenant
+from superinfer.core import PARAM_BOUNDS, Params, Tenant
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +37,12 @@ ENV_PARAMS_FILE = "SUPERINFER_PARAMS_FILE"
 #: blocks per iteration per direction; the core has no bound for it (it is not a tuner knob)
 B_XFER_BOUNDS: tuple[int, int] = (0, 1_000_000)
 DEFAULT_B_XFER = 64
-_PARAM_KEYS = ("alpha", "delta_b", "delta_f", "min_residency", "max_rotations")
+#: the scheduler knobs the file may set: every live-tunable knob of the core
+PARAM_KEYS: tuple[str, ...] = tuple(PARAM_BOUNDS)
+#: knobs that take integers: those whose ``Params`` default is an int
+INTEGER_PARAM_KEYS: tuple[str, ...] = tuple(
+    f.name for f in fields(Params) if f.name in PARAM_BOUNDS and isinstance(f.default, int))
+_PARAM_KEYS = PARAM_KEYS
 _KNOWN_KEYS = frozenset(_PARAM_KEYS + ("b_xfer", "ttft_slo", "tbt_slo", "tenants"))
 
 
@@ -61,12 +69,15 @@ def parse_params(data: Any, base: LiveParams | None = None) -> LiveParams:
         if key in data and (isinstance(data[key], bool) or not isinstance(data[key], (int, float))):
             raise ValueError(f"params file: {key} must be a number, got {data[key]!r}")
     changes = {k: data[k] for k in _PARAM_KEYS if k in data}
-    for k in ("min_residency", "max_rotations"):
-        if k in changes and changes[k] != int(changes[k]):
+    for k in INTEGER_PARAM_KEYS:
+        if k in changes and (not math.isfinite(changes[k]) or changes[k] != int(changes[k])):
             raise ValueError(f"params file: {k} must be an integer, got {changes[k]!r}")
         if k in changes:
             changes[k] = int(changes[k])
-    params = Params().replace(**changes)  # Params validates against PARAM_BOUNDS
+    try:
+        params = Params().replace(**changes)  # Params validates against PARAM_BOUNDS
+    except ValueError as exc:
+        raise ValueError(f"params file: {exc}") from None
     b_xfer = data.get("b_xfer", DEFAULT_B_XFER)
     lo, hi = B_XFER_BOUNDS
     if not math.isfinite(b_xfer) or b_xfer != int(b_xfer) or not lo <= b_xfer <= hi:

@@ -8,12 +8,14 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+
+from superinfer.core import PARAM_BOUNDS, Params
 
 REPO = Path(__file__).resolve().parents[2]
 SUPERINFERD = [sys.executable, "-m", "superinfer.cli"]
@@ -47,6 +49,20 @@ ttft_s = 1.0
 tbt_s = 0.05
 weight = 4.0
 """
+
+#: the core's defaults of every live knob (``PARAM_BOUNDS``), for tests that cover every knob
+DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Params) if f.name in PARAM_BOUNDS}
+
+
+def knob_values(key: str) -> tuple[float | int, float | int]:
+    """(a profile value, a PUT value) for knob ``key``: within its bounds, the first not the default, the
+    second not the first (and not the default where the range allows)."""
+    lo, hi = PARAM_BOUNDS[key]
+    is_int = isinstance(DEFAULTS[key], int)
+    cands = list(dict.fromkeys(int(c) if is_int else float(c) for c in (lo, hi, lo + (hi - lo) / 4, lo + (hi - lo) / 3)))
+    first = next(c for c in cands if c != DEFAULTS[key])
+    second = next((c for c in cands if c not in (first, DEFAULTS[key])), None)
+    return first, next(c for c in cands if c != first) if second is None else second
 
 
 def base_env(tmp: Path) -> dict[str, str]:

@@ -10,6 +10,9 @@ import time
 import httpx
 import pytest
 
+from superinfer.core import PARAM_BOUNDS
+from tests.daemon.conftest import DEFAULTS, TEST_PROFILE, knob_values, start_daemon
+
 pytestmark = pytest.mark.timeout(180)
 
 STATE_KEYS = {"schema_version", "backend", "simulation", "status", "model", "profile", "uptime_s", "params",
@@ -39,6 +42,7 @@ def test_state_fields(daemon) -> None:
         assert {"gbps", "bytes_total", "seconds_total"} <= set(s["transfer"][direction])
     p = s["params"]
     assert {"alpha", "delta_b", "delta_f", "b_xfer", "min_residency", "max_rotations", "version"} <= set(p)
+    assert set(PARAM_BOUNDS) <= set(p) and all(p[k] == DEFAULTS[k] for k in PARAM_BOUNDS)  # every knob
     assert p["b_xfer"] == 256  # fixed by the profile: no probe
     assert s["probe"] is None
     assert set(s["tenants"]) == {"chat", "voice"}
@@ -144,6 +148,7 @@ def test_openapi_schema(daemon) -> None:
         assert path in spec["paths"]
     body = spec["paths"]["/v1/params"]["put"]["requestBody"]["content"]["application/json"]["schema"]
     assert "alpha" in body["properties"]
+    assert set(body["properties"]) == set(PARAM_BOUNDS) | {"b_xfer"} and body["additionalProperties"] is False
     assert spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
 
 
@@ -172,6 +177,11 @@ def test_put_params_needs_token(daemon) -> None:
     ({"min_residency": 1.5}, "min_residency", [0, 10000]),
     ({"b_xfer": -1}, "b_xfer", [0, 1000000]),
     ({"alpha": "3"}, "alpha", [0.0, 100.0]),
+    ({"slack_gate_s": 3600.5}, "slack_gate_s", [-3600.0, 3600.0]),
+    ({"rotation_margin_s": -0.1}, "rotation_margin_s", [0.0, 60.0]),
+    ({"hopeless_last": 2}, "hopeless_last", [0, 1]),
+    ({"hopeless_last": 0.5}, "hopeless_last", [0, 1]),
+    ({"alpha": 4.0, "slack_gate_s": "1"}, "slack_gate_s", [-3600.0, 3600.0]),  # nothing of a bad body applies
 ])
 def test_put_params_out_of_bounds(daemon, body, param, bound) -> None:
     before = daemon.get("/v1/params").json()
@@ -181,6 +191,61 @@ def test_put_params_out_of_bounds(daemon, body, param, bound) -> None:
     assert err["param"] == param and err["bound"] == bound
     assert param in err["message"] and str(bound[1]) in err["message"]
     assert daemon.get("/v1/params").json() == before
+
+
+@pytest.mark.parametrize("key", list(PARAM_BOUNDS))
+def test_put_every_knob_bounds(daemon, key) -> None:
+    """Every knob of the core: both bounds accepted, just outside rejected with 422 naming it."""
+    lo, hi = PARAM_BOUNDS[key]
+    before = daemon.get("/v1/params").json()
+    try:
+        for bad in (lo - 1, hi + 1):
+            r = daemon.put("/v1/params", json={key: bad}, headers=daemon.headers())
+            assert r.status_code == 422, r.text
+            err = r.json()["error"]
+            assert err["param"] == key and err["bound"] == [lo, hi] and key in err["message"]
+        for good in (lo, hi):
+            r = daemon.put("/v1/params", json={key: good}, headers=daemon.headers())
+            assert r.status_code == 200 and r.json()[key] == good, r.text
+    finally:
+        r = daemon.put("/v1/params", json={key: before[key]}, headers=daemon.headers())
+        assert r.status_code == 200 and r.json()[key] == before[key]
+
+
+def test_knobs_round_trip_profile_put_state_persist_restore(tmp_path) -> None:
+    """Each knob: the profile's value is live at start (/v1/params, /v1/state, /metrics, params.json); a
+    PUT changes it everywhere; SIGTERM persists it in state.json; the next start restores it."""
+    pv = {k: knob_values(k)[0] for k in PARAM_BOUNDS}
+    uv = {k: knob_values(k)[1] for k in PARAM_BOUNDS}
+    profile = TEST_PROFILE.replace("b_xfer = 256", "b_xfer = 256\n" + "".join(f"{k} = {v!r}\n" for k, v in pv.items()))
+
+    def live(d, want: dict) -> None:
+        assert {k: d.get("/v1/params").json()[k] for k in want} == want
+        assert {k: d.state()["params"][k] for k in want} == want
+        text = d.get("/metrics").text
+        for k, v in want.items():
+            m = re.search(rf'^superinfer_scheduler_param{{param="{k}"}} (\S+)$', text, re.M)
+            assert m is not None and float(m.group(1)) == v, (k, m and m.group(0))
+        on_disk = json.loads((d.state_dir / "params.json").read_text())
+        assert {k: on_disk[k] for k in want} == want
+
+    d = start_daemon(tmp_path, profile_text=profile)
+    try:
+        live(d, pv)
+        assert d.get("/v1/params").json()["source"] == "profile"
+        r = d.put("/v1/params", json=uv, headers=d.headers())
+        assert r.status_code == 200, r.text
+        live(d, uv)
+    finally:
+        assert d.terminate() == 0, d.output()[-3000:]
+    saved = json.loads((d.state_dir / "state.json").read_text())
+    assert saved["params"] == uv and saved["profile_params"] == pv
+    again = start_daemon(tmp_path, state_dir=d.state_dir, profile_text=profile)
+    try:
+        live(again, uv)
+        assert again.get("/v1/params").json()["source"].startswith("state:")
+    finally:
+        assert again.terminate() == 0
 
 
 def test_put_params_bad_bodies(daemon) -> None:

@@ -62,6 +62,12 @@ BROKEN = [
     ("[slo]\ndefault_tenant = \"x\"\n[[tenants]]\nname = \"a\"\n", "slo.default_tenant", "expected one of"),
     ("[engine]\nmodel = \"gpt-9\"\n", "engine.model", "gpt-9"),
     ("[engine\nmax_num_seqs = 4\n", None, "invalid TOML"),
+    # RotaSched v2 knobs: bounds from superinfer.core.PARAM_BOUNDS, integers where Params has an int
+    ("[scheduler]\nslack_gate_s = 4000.0\n", "scheduler.slack_gate_s", "within [-3600, 3600], got 4000.0"),
+    ("[scheduler]\nrotation_margin_s = -0.5\n", "scheduler.rotation_margin_s", "within [0, 60], got -0.5"),
+    ("[scheduler]\nhopeless_last = 2\n", "scheduler.hopeless_last", "within [0, 1], got 2"),
+    ("[scheduler]\nhopeless_last = 0.5\n", "scheduler.hopeless_last", "expected an integer"),
+    ("[scheduler]\nslack_gate = 1.0\n", "scheduler.slack_gate", "unknown key"),
 ]
 
 
@@ -146,3 +152,37 @@ def test_search_path_user_profile_shadows_bundled(tmp_path: Path, monkeypatch: p
     assert available_profiles()["voice"].parent == bundled_dir()
     with pytest.raises(ProfileError, match="expected a profile name"):
         resolve("../etc/passwd", env={})
+
+
+def test_v2_knobs_in_a_profile_env_and_set(tmp_path: Path) -> None:
+    """The RotaSched v2 knobs are [scheduler] keys like the others: profile, env, --set, config show."""
+    from dataclasses import fields
+
+    from superinfer.core import PARAM_BOUNDS, Params
+
+    path = tmp_path / "v2.toml"
+    path.write_text("[scheduler]\npolicy = \"lvf-paper\"\nslack_gate_s = -3600.0\nrotation_margin_s = 0.25\n"
+                    "hopeless_last = 0\n")
+    cfg = resolve(None, profile_file=str(path), env={"SUPERINFER_SCHEDULER_ROTATION_MARGIN_S": "0.5"},
+                  sets=["scheduler.hopeless_last=1"])
+    p, s = cfg.params(), cfg.values["scheduler"]
+    assert cfg.get("scheduler", "policy") == "lvf-paper"
+    assert (p.slack_gate_s, s["slack_gate_s"].source) == (-3600.0, f"profile:{path}")
+    assert (p.rotation_margin_s, s["rotation_margin_s"].source) == (0.5, "env:SUPERINFER_SCHEDULER_ROTATION_MARGIN_S")
+    assert (p.hopeless_last, s["hopeless_last"].source) == (1, "flag:--set scheduler.hopeless_last")
+    # unstated knobs: the core's defaults, source "default"
+    defaults = {f.name: f.default for f in fields(Params)}
+    plain = resolve(None, profile_file=str(tmp_path / "v2.toml"), env={})
+    for key in PARAM_BOUNDS:
+        if key not in ("slack_gate_s", "rotation_margin_s", "hopeless_last"):
+            assert (getattr(plain.params(), key), plain.values["scheduler"][key].source) == (defaults[key], "default")
+    with pytest.raises(ProfileError, match="SUPERINFER_SCHEDULER_HOPELESS_LAST.*expected an integer"):
+        resolve("chat", env={"SUPERINFER_SCHEDULER_HOPELESS_LAST": "yes"})
+    with pytest.raises(ProfileError, match="scheduler.slack_gate_s.*within"):
+        resolve("chat", env={}, sets=["scheduler.slack_gate_s=1e9"])
+    r = run_cli("config", "show", "--profile", "chat", "--json", env=base_env(tmp_path))
+    assert r.returncode == 0, r.stderr
+    sched = json.loads(r.stdout)["scheduler"]
+    for key in PARAM_BOUNDS:  # every knob is listed; those chat.toml leaves unset show the core's default
+        assert sched[key]["source"] != "default" or sched[key]["value"] == defaults[key], key
+    assert all(sched[k]["source"] == "default" for k in ("slack_gate_s", "rotation_margin_s", "hopeless_last"))

@@ -38,3 +38,50 @@ def test_bench_sim_replays_a_trace_at_its_own_times(tmp_path):
     assert run["arrived"] == 4 and run["rps"] == 1.0
     r = invoke("bench", "sim", "--rps", "trace", "--duration", "1")
     assert r.exit_code == 2 and "needs --arrival trace" in r.output
+
+
+def _knob_args():
+    """A value other than the default for every knob of superinfer.core.PARAM_BOUNDS, as options."""
+    from dataclasses import fields
+
+    from superinfer.core import PARAM_BOUNDS, Params
+
+    defaults = {f.name: f.default for f in fields(Params)}
+    values = {}
+    for key, (lo, hi) in PARAM_BOUNDS.items():
+        is_int = isinstance(defaults[key], int)
+        values[key] = next(v for v in ((int(c) if is_int else float(c)) for c in (lo, hi, (lo + hi) / 2))
+                           if v != defaults[key])
+    args = [a for k, v in values.items() for a in ("--" + k.replace("_", "-"), str(v))]
+    return values, args
+
+
+def test_bench_sim_takes_every_knob(tmp_path, monkeypatch):
+    """--slack-gate-s, --rotation-margin-s, --hopeless-last (and every other knob of the core) reach the
+    twin's Params and the JSON's config."""
+    from superinfer.sim import cli
+
+    seen = []
+    real = cli.run_grid
+    monkeypatch.setattr(cli, "run_grid", lambda specs, workers: (seen.extend(specs), real(specs, workers))[1])
+    values, args = _knob_args()
+    assert {"slack_gate_s", "rotation_margin_s", "hopeless_last"} <= set(values)
+    out = tmp_path / "sim.json"
+    r = invoke("bench", "sim", "--workload", "sharegpt", "--rps", "2", "--duration", "2", "--policies", "lvf",
+               "--seeds", "1", "--workers", "1", "--json", str(out), *args)
+    assert r.exit_code == 0, r.output
+    assert seen and all(getattr(s.params, k) == v for s in seen for k, v in values.items())
+    config = json.loads(out.read_text())["config"]
+    assert {k: config[k] for k in values} == values
+
+
+def test_bench_sim_rejects_out_of_bounds_knobs_naming_them():
+    from superinfer.core import PARAM_BOUNDS
+
+    for key, (lo, hi) in PARAM_BOUNDS.items():
+        for bad in (lo - 1, hi + 1):
+            r = invoke("bench", "sim", "--rps", "1", "--duration", "1", "--" + key.replace("_", "-"), str(bad))
+            assert r.exit_code == 2, (key, r.output)
+            assert "--" + key.replace("_", "-") in r.output or key in r.output, r.output
+    r = invoke("bench", "sim", "--rps", "1", "--duration", "1", "--hopeless-last", "0.5")
+    assert r.exit_code == 2 and "--hopeless-last" in r.output

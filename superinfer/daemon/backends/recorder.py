@@ -132,19 +132,26 @@ class StepRecorder:
         x["d2h_s"] += sd
 
     def _record_rotations(self, res: StepResult, st: EngineState) -> None:
-        """One event per victim (``swap_out`` or ``recompute``) and per swap-in of the plan."""
+        """One event per victim and per swap-in of the plan. A victim is a ``swap_out`` when it keeps KV in
+        DRAM (what ``superinfer_rotations_total`` counts), else a ``recompute``; ``dropped_tail`` says
+        whether part of its unsynced tail was dropped (to be recomputed) for lack of budget or DRAM."""
         plan, t_end = res.plan, res.t_end
         if plan.victim_ids.shape[0] == 0 and plan.swap_ids.shape[0] == 0:
             return
         wall = time.time()
+        snap = res.snapshot
+        rows = np.flatnonzero(np.isin(snap.req_id, plan.victim_ids))
+        kept_before = dict(zip(snap.req_id[rows].tolist(), (snap.synced[rows] + snap.syncing[rows]).tolist()))
         for rid, d2h, mode, forced in zip(plan.victim_ids.tolist(), plan.victim_d2h.tolist(),
                                           plan.victim_mode.tolist(), plan.victim_forced.tolist()):
-            self.events.append({"time": wall, "sim_time_s": round(t_end, 6), "kind": "swap_out" if mode == 0 else
+            kept = kept_before.get(rid, 0) + d2h > 0
+            self.events.append({"time": wall, "sim_time_s": round(t_end, 6), "kind": "swap_out" if kept else
                                 "recompute", "req_id": rid, "tenant": self._tenant_name(st, rid), "blocks": d2h,
-                                "forced": bool(forced)})
+                                "forced": bool(forced), "dropped_tail": mode != 0})
         for rid, n in zip(plan.swap_ids.tolist(), plan.swap_blocks.tolist()):
             self.events.append({"time": wall, "sim_time_s": round(t_end, 6), "kind": "swap_in", "req_id": rid,
-                                "tenant": self._tenant_name(st, rid), "blocks": n, "forced": False})
+                                "tenant": self._tenant_name(st, rid), "blocks": n, "forced": False,
+                                "dropped_tail": False})
 
     def _record_tenant_rotations(self, res: StepResult, st: EngineState, total: int, m: DaemonMetrics,
                                  slo: SloWindow) -> None:
