@@ -36,8 +36,10 @@ ABLATION = {  # variant: changes to the defaults (one mechanism off each)
     "lvf (all on)": {},
     "no SLO token budget": {"step_slo_share": 0.0},
     "no slack gate": {"slack_gate_s": -3600.0},
+    "no rotation margin": {"rotation_margin_s": 0.0},
     "no hopeless-last": {"hopeless_last": 0},
-    "all off (= lvf-paper's decisions)": {"step_slo_share": 0.0, "slack_gate_s": -3600.0, "hopeless_last": 0},
+    "all off (= lvf-paper's decisions)": {"step_slo_share": 0.0, "slack_gate_s": -3600.0, "rotation_margin_s": 0.0,
+                                          "hopeless_last": 0},
 }
 ABLATION_POINTS = [("azure_qwen", 7), ("sharegpt_qwen", 30), ("sharegpt_llama", 80), ("lmsys_mixtral", 60)]
 
@@ -81,15 +83,24 @@ def targets(name: str, summary: list[dict], rps_list: list[float]) -> dict:
     return {"set": name, "knee_rps": knee, "points": points}
 
 
-def run_sets(out: str, duration: float, seeds: int, workers: int | None, cmd: str) -> list[dict]:
+PAPER_ENGINE = dict(max_num_seqs=16384, max_num_batched_tokens=16384, dram_gib=400.0)  # design §6
+
+
+def run_sets(out: str, duration: float, seeds: int, workers: int | None, cmd: str, paper: bool = False,
+             sets: list[str] | None = None) -> list[dict]:
     checks = []
     for name, (model, workload, arrival, rps) in SETS.items():
+        if sets and name not in sets:
+            continue
         base = RunSpec(policy="vllm", rps=1.0, seed=0, workload=workload, arrival=arrival, model=model,
-                       duration_s=duration)
+                       duration_s=duration, **(PAPER_ENGINE if paper else {}))
+        name = f"{name}_paper_engine" if paper else name
         runs = run_grid(grid(base, POLICIES, rps, seeds), workers)
         summary = summarise(runs)
         png = os.path.join(out, f"v2_grid_{name}.png")
-        metric_vs_x(summary, png, f"{model}, {os.path.basename(workload)} ({arrival}), {seeds} seeds, {duration:g} s",
+        engine = "paper engine 16384/16384, 400 GiB DRAM" if paper else "max_num_seqs 256, 8192 tokens"
+        metric_vs_x(summary, png, f"{model}, {os.path.basename(workload)} ({arrival}), {engine}, {seeds} seeds, "
+                    f"{duration:g} s",
                     KEYS, "rps", "requests per second")
         _save(out, f"v2_grid_{name}", {"command": cmd, "params": asdict(Params()), "runs": runs,
                                        "summary": summary, "plot": png})
@@ -153,11 +164,14 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--only", choices=("grid", "ablation"), default=None)
+    ap.add_argument("--paper-engine", action="store_true", help="the paper's engine settings (design §6)")
+    ap.add_argument("--sets", default="", help="comma-separated sets (default: all)")
     a = ap.parse_args()
     cmd = "python bench/rotasched_v2.py " + " ".join(sys.argv[1:])
     if a.only != "ablation":
-        checks = run_sets(a.out, a.duration, a.seeds, a.workers, cmd)
-        _save(a.out, "v2_targets", {"command": cmd, "checks": checks})
+        checks = run_sets(a.out, a.duration, a.seeds, a.workers, cmd, a.paper_engine,
+                          [x for x in a.sets.split(",") if x])
+        _save(a.out, "v2_targets_paper_engine" if a.paper_engine else "v2_targets", {"command": cmd, "checks": checks})
         for c in checks:
             for p in c["points"]:
                 m = p["metrics"]

@@ -39,30 +39,9 @@ _DTYPES = {**{c: np.int64 for c in _I64}, **{c: np.float64 for c in _F64}, "phas
 
 
 class RequestTable:
-    """Rows of live requests keyed by any hashable id. Columns are public arrays indexed by row."""
-
-    req_id: np.ndarray
-    tenant: np.ndarray
-    priority: np.ndarray
-    num_tokens: np.ndarray
-    num_computed: np.ndarray
-    blocks_hbm: np.ndarray
-    blocks_dram: np.ndarray
-    synced: np.ndarray
-    syncing: np.ndarray
-    h2d_pending: np.ndarray
-    residency: np.ndarray
-    rotations: np.ndarray
-    num_prompt: np.ndarray
-    outputs: np.ndarray
-    target_output: np.ndarray
-    t_arr: np.ndarray
-    t_last: np.ndarray
-    t_run: np.ndarray
-    t_first: np.ndarray
-    pred_remaining: np.ndarray
-    phase: np.ndarray
-    busy: np.ndarray
+    """Rows of live requests keyed by any hashable id. Columns are public arrays indexed by row, one per
+    :class:`~superinfer.core.types.Snapshot` field (declared there, once) plus :data:`EXTRA_INT_COLUMNS`
+    and :data:`EXTRA_FLOAT_COLUMNS`; :meth:`_grow` creates them."""
 
     def __init__(self, capacity: int = 1024) -> None:
         self._cap = 0
