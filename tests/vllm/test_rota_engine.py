@@ -35,7 +35,9 @@ NUM_PROMPTS = 40
 MAX_TOKENS = 200
 BLOCKS = 32
 HOST_BLOCKS = 1024  # ample: the lossless run must never need the recompute fallback
-ROTATE_HARD = {"ttft_slo": 0.05, "tbt_slo": 0.02, "delta_f": 0.0, "min_residency": 2, "b_xfer": 256}
+# Params that make the plugin rotate as often as it can: tight SLOs, and v2's guards off (slack gate, margin).
+ROTATE_HARD = {"ttft_slo": 0.05, "tbt_slo": 0.02, "delta_f": 0.0, "min_residency": 2, "b_xfer": 256,
+               "slack_gate_s": -3600.0, "rotation_margin_s": 0.0}
 
 
 def plugin_kwargs(params_file: Path, load: str = "async", host_blocks: int = HOST_BLOCKS) -> dict[str, Any]:
