@@ -42,6 +42,8 @@ ABLATION = {  # variant: changes to the defaults (one mechanism off each)
                                           "hopeless_last": 0},
 }
 ABLATION_POINTS = [("azure_qwen", 7), ("sharegpt_qwen", 30), ("sharegpt_llama", 80), ("lmsys_mixtral", 60)]
+# With the paper's engine, the points where lvf-paper thrashes (bench/results/v2_targets_paper_engine.json).
+ABLATION_POINTS_PAPER = [("azure_qwen", 7), ("sharegpt_qwen", 30), ("sharegpt_llama", 100), ("lmsys_mixtral", 80)]
 
 
 def _save(out: str, name: str, payload: dict) -> None:
@@ -109,15 +111,16 @@ def run_sets(out: str, duration: float, seeds: int, workers: int | None, cmd: st
     return checks
 
 
-def run_ablation(out: str, duration: float, seeds: int, workers: int | None, cmd: str) -> None:
+def run_ablation(out: str, duration: float, seeds: int, workers: int | None, cmd: str, paper: bool = False) -> None:
     specs = []
+    points = ABLATION_POINTS_PAPER if paper else ABLATION_POINTS
     for variant, changes in ABLATION.items():
-        for set_name, rps in ABLATION_POINTS:
+        for set_name, rps in points:
             model, workload, arrival, _ = SETS[set_name]
             for seed in range(seeds):
                 specs.append(RunSpec(policy="lvf", rps=rps, seed=seed, workload=workload, arrival=arrival,
                                      model=model, duration_s=duration, params=Params().replace(**changes),
-                                     variant=variant))
+                                     variant=variant, **(PAPER_ENGINE if paper else {})))
     runs = run_grid(specs, workers)
     for r, s in zip(runs, specs):
         r["point"] = f"{s.model} {os.path.basename(s.workload)} {s.rps:g}"
@@ -127,9 +130,9 @@ def run_ablation(out: str, duration: float, seeds: int, workers: int | None, cmd
         for k in KEYS + ("rotations",):
             t[k].append(r[k])
     means = {v: {p: {k: sum(x) / len(x) for k, x in d.items()} for p, d in pts.items()} for v, pts in table.items()}
-    _save(out, "v2_ablation", {"command": cmd, "variants": ABLATION, "points": ABLATION_POINTS, "means": means,
-                               "runs": runs})
-    _ablation_plot(means, os.path.join(out, "v2_ablation.png"))
+    name = "v2_ablation_paper_engine" if paper else "v2_ablation"
+    _save(out, name, {"command": cmd, "variants": ABLATION, "points": points, "means": means, "runs": runs})
+    _ablation_plot(means, os.path.join(out, f"{name}.png"))
 
 
 def _ablation_plot(means: dict, path: str) -> None:
@@ -181,7 +184,7 @@ def main() -> None:
                       f"  rot {m['lvf']['rotations']:.0f}/{m['lvf-paper']['rotations']:.0f}"
                       f"{'  KNEE ' + json.dumps(p['knee']) if 'knee' in p else ''}")
     if a.only != "grid":
-        run_ablation(a.out, a.duration, a.seeds, a.workers, cmd)
+        run_ablation(a.out, a.duration, a.seeds, a.workers, cmd, a.paper_engine)
 
 
 if __name__ == "__main__":
