@@ -41,19 +41,25 @@ def reproduction_rows(results_dir: str) -> list[dict]:
     for path in sorted(glob.glob(os.path.join(results_dir, "fig16_*.json"))):
         with open(path) as fh:
             data = json.load(fh)
-        for base in ("vllm", "vllm-offload"):
-            g = largest_gain(data["summary"], "lvf", base)
-            if g is not None:
-                rows.append({"model": data["model"], "workload": data["workload"], "versus": base, **g})
+        # Figures made before issue 10 name the paper's algorithm "lvf"; later ones "lvf-paper" (and v2 "lvf").
+        new = any(r["policy"] == "lvf-paper" for r in data["summary"])
+        ours = ("lvf-paper", "lvf") if new else ("lvf",)
+        for policy in ours:
+            label = policy if new else "lvf-paper (recorded as lvf)"
+            for base in ("vllm", "vllm-offload"):
+                g = largest_gain(data["summary"], policy, base)
+                if g is not None:
+                    rows.append({"model": data["model"], "workload": data["workload"], "policy": label,
+                                 "versus": base, **g})
     return rows
 
 
 def markdown(rows: list[dict]) -> str:
-    out = ["| model | lengths | vs | RPS | TTFT att. lvf | TTFT att. base | gain (pp) | TBT att. lvf | TBT att. base | "
+    out = ["| model | lengths | policy | vs | RPS | TTFT att. lvf | TTFT att. base | gain (pp) | TBT att. lvf | TBT att. base | "
            "TBT change (pp) | throughput change |",
-           "|---|---|---|---:|---|---|---:|---|---|---:|---:|"]
+           "|---|---|---|---|---:|---|---|---:|---|---|---:|---:|"]
     for r in rows:
-        out.append(f"| {r['model']} | {r['workload']} | {r['versus']} | {r['rps']:g} | {_ci(r['ours_ttft'])} | "
+        out.append(f"| {r['model']} | {r['workload']} | {r.get('policy', 'lvf')} | {r['versus']} | {r['rps']:g} | {_ci(r['ours_ttft'])} | "
                    f"{_ci(r['base_ttft'])} | {r['ttft_gain_pp']:+.1f} | {_ci(r['ours_tbt'])} | {_ci(r['base_tbt'])} | "
                    f"{r['tbt_change_pp']:+.1f} | {r['throughput_change_pct']:+.1f} % |")
     return "\n".join(out)
