@@ -30,7 +30,7 @@ run: $(STAMP)
 # The simulator's policy comparison at a loaded point (about a minute).
 compare: $(STAMP)
 	$(VENV)/bin/superinferd bench sim --model qwen2.5-32b --workload sharegpt --rps 20,30 --duration 60 \
-		--policies vllm,vllm-offload,lvf --seeds 2 --max-num-seqs 16384 --max-num-batched-tokens 16384 \
+		--policies vllm,vllm-offload,lvf-paper,lvf --seeds 2 --max-num-seqs 16384 --max-num-batched-tokens 16384 \
 		--dram-gib 400 --json bench/results/make_compare.json
 
 figures: $(STAMP)
