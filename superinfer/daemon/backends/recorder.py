@@ -89,8 +89,12 @@ class StepRecorder:
             if delta:
                 metric.inc(delta)
         self._record_transfers(c.h2d_blocks - seen["h2d_blocks"], c.d2h_blocks - seen["d2h_blocks"], m)
-        self._record_rotations(res, st)
-        self._record_tenant_rotations(res, st, c.rotations - seen["rotations"], m, slo)
+        # A victim rotated iff it kept KV blocks in DRAM: the condition EngineState.apply counts a rotation
+        # by. A victim is neither swapped in nor retired in its own iteration, so its row still shows it.
+        victim_rows = st.rows_of(res.plan.victim_ids)
+        kept = st.blocks_dram[victim_rows] > 0
+        self._record_rotations(res, st, kept)
+        self._record_tenant_rotations(res, st, victim_rows[kept], c.rotations - seen["rotations"], m, slo)
         self._seen = dict(vars(c))
         now_m = time.monotonic()
         if s.tenant.shape[0]:
@@ -131,21 +135,19 @@ class StepRecorder:
         x["h2d_s"] += sh
         x["d2h_s"] += sd
 
-    def _record_rotations(self, res: StepResult, st: EngineState) -> None:
-        """One event per victim and per swap-in of the plan. A victim is a ``swap_out`` when it keeps KV in
-        DRAM (what ``superinfer_rotations_total`` counts), else a ``recompute``; ``dropped_tail`` says
-        whether part of its unsynced tail was dropped (to be recomputed) for lack of budget or DRAM."""
+    def _record_rotations(self, res: StepResult, st: EngineState, kept: np.ndarray) -> None:
+        """One event per victim and per swap-in of the plan. A victim is a ``swap_out`` when it kept KV in
+        DRAM (``kept``, in victim order: what ``superinfer_rotations_total`` counts), else a ``recompute``;
+        ``dropped_tail`` says whether part of its unsynced tail was dropped (to be recomputed) for lack of
+        budget or DRAM."""
         plan, t_end = res.plan, res.t_end
         if plan.victim_ids.shape[0] == 0 and plan.swap_ids.shape[0] == 0:
             return
         wall = time.time()
-        snap = res.snapshot
-        rows = np.flatnonzero(np.isin(snap.req_id, plan.victim_ids))
-        kept_before = dict(zip(snap.req_id[rows].tolist(), (snap.synced[rows] + snap.syncing[rows]).tolist()))
-        for rid, d2h, mode, forced in zip(plan.victim_ids.tolist(), plan.victim_d2h.tolist(),
-                                          plan.victim_mode.tolist(), plan.victim_forced.tolist()):
-            kept = kept_before.get(rid, 0) + d2h > 0
-            self.events.append({"time": wall, "sim_time_s": round(t_end, 6), "kind": "swap_out" if kept else
+        for rid, d2h, mode, forced, kept_kv in zip(plan.victim_ids.tolist(), plan.victim_d2h.tolist(),
+                                                   plan.victim_mode.tolist(), plan.victim_forced.tolist(),
+                                                   kept.tolist()):
+            self.events.append({"time": wall, "sim_time_s": round(t_end, 6), "kind": "swap_out" if kept_kv else
                                 "recompute", "req_id": rid, "tenant": self._tenant_name(st, rid), "blocks": d2h,
                                 "forced": bool(forced), "dropped_tail": mode != 0})
         for rid, n in zip(plan.swap_ids.tolist(), plan.swap_blocks.tolist()):
@@ -153,21 +155,17 @@ class StepRecorder:
                                 "tenant": self._tenant_name(st, rid), "blocks": n, "forced": False,
                                 "dropped_tail": False})
 
-    def _record_tenant_rotations(self, res: StepResult, st: EngineState, total: int, m: DaemonMetrics,
-                                 slo: SloWindow) -> None:
-        """Attribute this iteration's ``total`` rotations to tenants. A victim rotated iff it kept KV
-        blocks in DRAM (the condition under which :meth:`EngineState.apply` counts a rotation; a victim is
-        neither swapped in nor retired in its own iteration, so its row still shows it). Should the two
-        ever disagree (a bug in the core's accounting), the tenants get what was found, the total stays
-        the state's, and the first disagreement is logged as an error: a metric does not stop serving."""
+    def _record_tenant_rotations(self, res: StepResult, st: EngineState, rotated: np.ndarray, total: int,
+                                 m: DaemonMetrics, slo: SloWindow) -> None:
+        """Attribute this iteration's ``total`` rotations to tenants: ``rotated`` are the rows of the
+        victims that kept KV in DRAM. Should the two ever disagree (a bug in the core's accounting), the
+        tenants get what was found, the total stays the state's, and the first disagreement is logged as an
+        error: a metric does not stop serving."""
         if not self._tracking:
             slo.track_rotations()
             self._tracking = True
-        vids = res.plan.victim_ids
-        if vids.shape[0] == 0 and not total:
+        if rotated.shape[0] == 0 and not total:
             return
-        rows = st.rows_of(vids)
-        rotated = rows[st.blocks_dram[rows] > 0]
         if rotated.shape[0] != total and not self._mismatch_logged:
             self._mismatch_logged = True
             log.error("rotation attribution found %d rotated victims where the state counted %d "

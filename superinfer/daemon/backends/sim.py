@@ -26,9 +26,9 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from superinfer.core import Phase, rank_order
+from superinfer.core import rank_order
 from superinfer.daemon.backends.base import Backend, Host
-from superinfer.daemon.backends.recorder import StepRecorder, phase_counts
+from superinfer.daemon.backends.recorder import PHASES, StepRecorder, phase_counts
 from superinfer.daemon.backends.replay import Replay
 from superinfer.daemon.backends.sim_http import SimRequest, dispatch, register_openai_routes, waiter_events
 from superinfer.daemon.backends.twin import MAX_LIVE, LiveTwin
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("superinfer.daemon")
 GIB = 1 << 30
-PHASE_NAMES = {int(Phase.WAITING): "waiting", int(Phase.ROTARY): "rotary", int(Phase.RUNNING): "running"}
 IDLE_WAIT_S = 0.25  # the longest the engine sleeps with nothing live (a submit or a stop wakes it)
 RATE_SAMPLE_S = 1.0  # virtual seconds between transfer-rate samples
 ABORTED = "aborted: the daemon is shutting down and the drain deadline passed"
@@ -59,7 +58,7 @@ def ranking(last: StepResult | None, names: list[str], top: int) -> list[dict[st
     plan, snap, now = last.plan, last.snapshot, last.t_start
     order = rank_order(plan.vlt_values, plan.vlt_t_arr, plan.vlt_ids)[:top]
     return [{"req_id": int(snap.req_id[i]), "tenant": names[int(snap.tenant[i])],
-             "phase": PHASE_NAMES[int(snap.phase[i])], "vlt_s": round(float(plan.vlt_values[i]), 6),
+             "phase": PHASES[int(snap.phase[i])], "vlt_s": round(float(plan.vlt_values[i]), 6),
              "age_s": round(now - float(snap.t_arr[i]), 6)} for i in order.tolist()]
 
 
