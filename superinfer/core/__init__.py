@@ -5,12 +5,14 @@ Imports neither torch nor vLLM. Engine adapters (``superinfer.sim``, ``superinfe
 """
 
 from superinfer.core.blocks import BlockPool, KVLedger, PoolExhausted
-from superinfer.core.budget import b_xfer_blocks, slo_token_budget
+from superinfer.core.budget import B_XFER_BOUNDS, b_xfer_blocks, slo_token_budget
 from superinfer.core.policies import ENGINE_POLICIES, POLICIES, ROTATING_POLICIES, Policy, core_policy_name, get_policy, ranking
 from superinfer.core.state import EngineState, Finished, Moves, Sampled
 from superinfer.core.table import RequestTable
 from superinfer.core.types import (
     FRESH_RESIDENCY,
+    INTEGER_PARAMS,
+    PARAM_DEFAULTS,
     PARAM_BOUNDS,
     Capacity,
     Params,
@@ -25,6 +27,9 @@ from superinfer.core.types import (
 from superinfer.core.vlt import compute_vlt
 
 __all__ = [
+    "B_XFER_BOUNDS",
+    "INTEGER_PARAMS",
+    "PARAM_DEFAULTS",
     "ENGINE_POLICIES",
     "FRESH_RESIDENCY",
     "PARAM_BOUNDS",

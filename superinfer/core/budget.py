@@ -12,6 +12,9 @@ import math
 from collections.abc import Callable
 
 DEFAULT_ETA = 0.8
+#: bounds of ``B_xfer`` (blocks per iteration per direction) where an operator or a file sets it; not a
+#: tuner knob, so not in ``PARAM_BOUNDS``
+B_XFER_BOUNDS: tuple[int, int] = (0, 1_000_000)
 
 
 def b_xfer_blocks(

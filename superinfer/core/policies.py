@@ -32,7 +32,7 @@ import numpy as np
 
 from superinfer.core.orders import Ctx, PolicySpec, fcfs_running, sort_rows, stream_desc
 from superinfer.core.planner import build_plan, fits_in_hbm
-from superinfer.core.types import Capacity, Params, Plan, Snapshot, TenantTable, rank_order
+from superinfer.core.types import Capacity, Params, Phase, Plan, Snapshot, TenantTable, rank_order
 from superinfer.core.validate import validate_snapshot
 from superinfer.core.vlt import compute_vlt
 
@@ -101,9 +101,12 @@ def _vlt_feasible_first(ctx: Ctx, rows: np.ndarray) -> Iterator[np.ndarray]:
     yield from _vlt_candidates(ctx, rows[late])
 
 
+_RUNNING = int(Phase.RUNNING)  # a plain int: comparing an array with an IntEnum member is slower
+
+
 def hopeless_mask(snap: Snapshot, tenants: TenantTable, now: float) -> np.ndarray:
     """Waiting requests with no output token yet whose TTFT SLO has already passed."""
-    return (snap.outputs == 0) & (snap.phase != 2) & (now - snap.t_arr > tenants.ttft_slo[snap.tenant])
+    return (snap.outputs == 0) & (snap.phase != _RUNNING) & (now - snap.t_arr > tenants.ttft_slo[snap.tenant])
 
 
 # ---- specs -------------------------------------------------------------------------------------

@@ -153,6 +153,12 @@ class Params:
         return Params(**values)
 
 
+#: each live knob's default (its ``Params`` field default), in ``PARAM_BOUNDS`` order
+PARAM_DEFAULTS: dict[str, float | int] = {k: Params.__dataclass_fields__[k].default for k in PARAM_BOUNDS}
+#: the knobs that take integers: those whose ``Params`` default is an int
+INTEGER_PARAMS: tuple[str, ...] = tuple(k for k, v in PARAM_DEFAULTS.items() if isinstance(v, int))
+
+
 @dataclass(frozen=True)
 class Capacity:
     """Per-iteration resources. ``b_xfer`` is blocks per iteration per direction (design §4)."""

@@ -16,20 +16,18 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable
 
-from superinfer.core import PARAM_BOUNDS, Params, Tenant
+from superinfer.core import B_XFER_BOUNDS, INTEGER_PARAMS, PARAM_BOUNDS, Params, Tenant
+from superinfer.core import PARAM_DEFAULTS as CORE_PARAM_DEFAULTS
 from superinfer.daemon.lifecycle import write_json_atomic
 
 #: the live-tunable scheduler knobs, in ``PARAM_BOUNDS`` order
 PARAM_KEYS: tuple[str, ...] = tuple(PARAM_BOUNDS)
-#: each knob's default: its ``Params`` field default
-PARAM_DEFAULTS: dict[str, float | int] = {f.name: f.default for f in fields(Params) if f.name in PARAM_BOUNDS}
-#: knobs that take integers: those whose ``Params`` default is an int
-INTEGER_PARAM_KEYS: tuple[str, ...] = tuple(k for k in PARAM_KEYS if isinstance(PARAM_DEFAULTS[k], int))
-B_XFER_BOUNDS: tuple[int, int] = (0, 1_000_000)
+#: each knob's default, and the knobs that take integers (the core's)
+PARAM_DEFAULTS = CORE_PARAM_DEFAULTS
+INTEGER_PARAM_KEYS: tuple[str, ...] = INTEGER_PARAMS
 BOUNDS: dict[str, tuple[float, float]] = {**PARAM_BOUNDS, "b_xfer": B_XFER_BOUNDS}
 INTEGER_KEYS: tuple[str, ...] = INTEGER_PARAM_KEYS + ("b_xfer",)
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import fields
 from typing import Any, Callable
 
 import click
 
-from superinfer.core import PARAM_BOUNDS, Params, Tenant, TenantTable
+from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS, PARAM_DEFAULTS, Params, Tenant, TenantTable
 from superinfer.sim.bench import RunSpec, grid, run_grid
 from superinfer.sim.engine import SIM_POLICIES
 from superinfer.sim.metrics import summarise
@@ -73,12 +72,11 @@ _KNOB_HELP = {
 def _knob_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """``--<knob>`` for every live knob of the core not in :data:`_EXPLICIT_KNOBS`: default the ``Params``
     default, an int or float range from ``PARAM_BOUNDS`` (so a knob added to the core is an option)."""
-    defaults = {fd.name: fd.default for fd in fields(Params)}
     for name in reversed([k for k in PARAM_BOUNDS if k not in _EXPLICIT_KNOBS]):
         lo, hi = PARAM_BOUNDS[name]
-        is_int = isinstance(defaults[name], int)
+        is_int = name in INTEGER_PARAMS
         kind = click.IntRange(int(lo), int(hi)) if is_int else click.FloatRange(lo, hi)
-        f = click.option("--" + name.replace("_", "-"), name, default=defaults[name], show_default=True, type=kind,
+        f = click.option("--" + name.replace("_", "-"), name, default=PARAM_DEFAULTS[name], show_default=True, type=kind,
                          help=_KNOB_HELP.get(name, f"Scheduler knob {name} (superinfer.core.Params)."))(f)
     return f
 

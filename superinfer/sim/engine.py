@@ -29,6 +29,7 @@ from superinfer.core import (
     ROTATING_POLICIES,
     EngineState,
     Moves,
+    Phase,
     Params,
     Plan,
     Sampled,
@@ -44,6 +45,7 @@ from superinfer.sim.workload import Workload
 # Names the benchmarks accept: the core's policies plus variants that change the transfer engine.
 SIM_POLICIES = ENGINE_POLICIES
 UNBOUNDED = 1 << 40
+_RUNNING = int(Phase.RUNNING)
 
 
 @dataclass
@@ -194,7 +196,7 @@ class Simulator:
         if not self.slo_budget or share <= 0:
             return cfg.max_num_batched_tokens
         rows = st.live_rows()
-        dec = rows[(st.phase[rows] == 2) & (st.outputs[rows] > 0)]
+        dec = rows[(st.phase[rows] == _RUNNING) & (st.outputs[rows] > 0)]
         d, kv = int(dec.shape[0]), int(st.num_computed[dec].sum())
         # A chunk continuing a prompt also reads its earlier context: price with the longest such context.
         part = rows[(st.num_tokens[rows] - st.num_computed[rows] > 1) & (st.num_computed[rows] > 0)]

@@ -25,7 +25,7 @@ from typing import Any
 import click
 import numpy as np
 
-from superinfer.core import PARAM_BOUNDS, Params
+from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS, Params
 
 
 def _requests(workload: str, arrival: str, rps: float, duration: float, seed: int, max_len: int):
@@ -180,9 +180,7 @@ _EXPLICIT_KNOBS = ("alpha", "delta_b", "delta_f", "min_residency", "max_rotation
 def _knob_options(f: Any) -> Any:
     """``--<knob>`` for every live knob of the core without an option of its own below (int or float range
     from ``PARAM_BOUNDS``; unset: the params default), so a knob added to the core is an option."""
-    from dataclasses import fields
-
-    ints = {fd.name for fd in fields(Params) if isinstance(fd.default, int)}
+    ints = set(INTEGER_PARAMS)
     for name in reversed([k for k in PARAM_BOUNDS if k not in _EXPLICIT_KNOBS]):
         lo, hi = PARAM_BOUNDS[name]
         kind = click.IntRange(int(lo), int(hi)) if name in ints else click.FloatRange(lo, hi)

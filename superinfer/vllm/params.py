@@ -25,25 +25,21 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from superinfer.core import PARAM_BOUNDS, Params, Tenant
+from superinfer.core import B_XFER_BOUNDS, INTEGER_PARAMS, PARAM_BOUNDS, Params, Tenant
 
 log = logging.getLogger(__name__)
 
 ENV_PARAMS_FILE = "SUPERINFER_PARAMS_FILE"
-#: blocks per iteration per direction; the core has no bound for it (it is not a tuner knob)
-B_XFER_BOUNDS: tuple[int, int] = (0, 1_000_000)
 DEFAULT_B_XFER = 64
 #: the scheduler knobs the file may set: every live-tunable knob of the core
 PARAM_KEYS: tuple[str, ...] = tuple(PARAM_BOUNDS)
-#: knobs that take integers: those whose ``Params`` default is an int
-INTEGER_PARAM_KEYS: tuple[str, ...] = tuple(
-    f.name for f in fields(Params) if f.name in PARAM_BOUNDS and isinstance(f.default, int))
-_PARAM_KEYS = PARAM_KEYS
-_KNOWN_KEYS = frozenset(_PARAM_KEYS + ("b_xfer", "ttft_slo", "tbt_slo", "tenants"))
+#: knobs that take integers (the core's)
+INTEGER_PARAM_KEYS: tuple[str, ...] = INTEGER_PARAMS
+_KNOWN_KEYS = frozenset(PARAM_KEYS + ("b_xfer", "ttft_slo", "tbt_slo", "tenants"))
 
 
 @dataclass(frozen=True)
@@ -65,10 +61,10 @@ def parse_params(data: Any, base: LiveParams | None = None) -> LiveParams:
     unknown = set(data) - _KNOWN_KEYS
     if unknown:
         raise ValueError(f"params file: unknown key(s) {sorted(unknown)}; known: {sorted(_KNOWN_KEYS)}")
-    for key in _PARAM_KEYS + ("b_xfer", "ttft_slo", "tbt_slo"):
+    for key in PARAM_KEYS + ("b_xfer", "ttft_slo", "tbt_slo"):
         if key in data and (isinstance(data[key], bool) or not isinstance(data[key], (int, float))):
             raise ValueError(f"params file: {key} must be a number, got {data[key]!r}")
-    changes = {k: data[k] for k in _PARAM_KEYS if k in data}
+    changes = {k: data[k] for k in PARAM_KEYS if k in data}
     for k in INTEGER_PARAM_KEYS:
         if k in changes and (not math.isfinite(changes[k]) or changes[k] != int(changes[k])):
             raise ValueError(f"params file: {k} must be an integer, got {changes[k]!r}")
