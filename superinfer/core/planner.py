@@ -330,7 +330,7 @@ def _eager_sync(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
         return
     order = w.victim_order()  # likeliest victims first
     order = order[~w.victim[order]]
-    want = np.minimum(s.num_computed[order] // w.bs, s.blocks_hbm[order]) - s.synced[order] - s.syncing[order]
+    want = _full_unsynced(s, order, w.bs)
     order, want = order[want > 0], want[want > 0]
     if order.shape[0] == 0:
         return
@@ -341,6 +341,26 @@ def _eager_sync(ctx: Ctx, spec: PolicySpec, w: _Work) -> None:
     used = int(give.sum())
     w.d2h -= used
     w.dram -= used
+
+
+def _full_unsynced(s: Snapshot, rows: np.ndarray, bs: int) -> np.ndarray:
+    """Full device blocks of ``rows`` with no host copy, done or in flight (what eager sync copies; may be
+    negative where a copy is ahead of the device, e.g. right after a swap-in)."""
+    return np.minimum(s.num_computed[rows] // bs, s.blocks_hbm[rows]) - s.synced[rows] - s.syncing[rows]
+
+
+def nothing_to_plan(snap: Snapshot, cap: Capacity) -> bool:
+    """True when no policy has a decision to make this step, so an engine may skip planning and serve its
+    batch as it stands: every live request is running (none waiting, parked or loading), the step's growth
+    fits in the free blocks, and no running request holds a full block without a host copy (eager sync
+    has nothing to copy). In that state every policy's plan is to schedule the running requests and do
+    nothing else: no victim, admission, swap-in or sync (``tests/core/test_nothing_to_plan.py``)."""
+    n = snap.phase.shape[0]
+    if n == 0:
+        return True
+    if np.any(snap.phase != _RUNNING) or np.any(snap.busy) or not fits_in_hbm(snap, cap):
+        return False
+    return not np.any(_full_unsynced(snap, np.arange(n), cap.block_size) > 0)
 
 
 def fits_in_hbm(snap: Snapshot, cap: Capacity) -> bool:
