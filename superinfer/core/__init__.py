@@ -5,7 +5,7 @@ Imports neither torch nor vLLM. Engine adapters (``superinfer.sim``, ``superinfe
 """
 
 from superinfer.core.blocks import BlockPool, KVLedger, PoolExhausted
-from superinfer.core.budget import B_XFER_BOUNDS, b_xfer_blocks, slo_token_budget
+from superinfer.core.budget import B_XFER_BOUNDS, b_xfer_blocks, batch_token_budget, slo_token_budget
 from superinfer.core.planner import nothing_to_plan
 from superinfer.core.policies import ENGINE_POLICIES, POLICIES, ROTATING_POLICIES, Policy, core_policy_name, get_policy, ranking
 from superinfer.core.state import EngineState, Finished, Moves, Sampled
@@ -54,6 +54,7 @@ __all__ = [
     "TenantTable",
     "VictimMode",
     "b_xfer_blocks",
+    "batch_token_budget",
     "compute_vlt",
     "core_policy_name",
     "get_policy",

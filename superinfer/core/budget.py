@@ -10,8 +10,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from superinfer.core.types import Phase
 
 DEFAULT_ETA = 0.8
+_RUNNING = int(Phase.RUNNING)
+#: ``iteration_s(prefill_tokens, prefill_attn_pairs, decode_seqs, decode_kv_tokens, prefill_ctx_tokens)``:
+#: an engine's step-time model (the twin's cost model, the vLLM plugin's calibration fit)
+IterationModel = Callable[[int, int, int, int, int], float]
 #: bounds of ``B_xfer`` (blocks per iteration per direction) where an operator or a file sets it; not a
 #: tuner knob, so not in ``PARAM_BOUNDS``
 B_XFER_BOUNDS: tuple[int, int] = (0, 1_000_000)
@@ -51,3 +60,19 @@ def slo_token_budget(step_s: Callable[[int], float], target_s: float, decodes: i
         else:
             hi = mid - 1
     return min(max_tokens, decodes + lo)
+
+
+def batch_token_budget(cols: Any, rows: np.ndarray, iteration_s: IterationModel, target_s: float,
+                       max_tokens: int) -> int:
+    """:func:`slo_token_budget` for the requests in ``rows`` of ``cols`` (a request table or a snapshot):
+    the decodes are the running rows that have an output token (their KV is read); a prefill chunk that
+    continues a prompt also reads its earlier context, priced with the longest such context. The twin and
+    the vLLM plugin both size RotaSched v2's iterations with this function."""
+    phase, outputs = cols.phase[rows], cols.outputs[rows]
+    dec = rows[(phase == _RUNNING) & (outputs > 0)]
+    d, kv = int(dec.shape[0]), int(cols.num_computed[dec].sum())
+    left, done = cols.num_tokens[rows] - cols.num_computed[rows], cols.num_computed[rows]
+    part = done[(left > 1) & (done > 0)]
+    ctx = int(part.max()) if part.shape[0] else 0
+    return slo_token_budget(lambda p: iteration_s(p, p * ctx + p * (p + 1) // 2, d, kv, ctx if p else 0),
+                            target_s, d, max_tokens)

@@ -78,6 +78,14 @@ class Coefficients:
                 + self.per_prefill_attn_pair_s * prefill_attn_pairs
                 + self.per_decode_seq_s * decode_seqs + self.per_kv_token_s * kv_tokens)
 
+    def iteration_s(self, prefill_tokens: int, prefill_attn_pairs: float, decode_seqs: int,
+                    decode_kv_tokens: int, prefill_ctx_tokens: int = 0) -> float:
+        """The fit as a step-time model (``superinfer.core.budget.IterationModel``; the cost model's
+        argument order): 0.0 when nothing is scheduled, KV read by decodes and by prefill chunks alike."""
+        if prefill_tokens + decode_seqs <= 0:
+            return 0.0
+        return self.predict(prefill_tokens, decode_seqs, decode_kv_tokens + prefill_ctx_tokens, prefill_attn_pairs)
+
 
 @dataclass
 class TransferCalibration:

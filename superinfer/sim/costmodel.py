@@ -70,8 +70,7 @@ class CostModel:
     """
 
     __slots__ = ("model", "hardware", "block_size", "calibration", "overlap", "duplex", "block_bytes",
-                 "h2d_bw", "d2h_bw", "duplex_factor", "overhead_s", "_calibrated",
-                 "_c0", "_cp", "_ca", "_cd", "_ckv",
+                 "h2d_bw", "d2h_bw", "duplex_factor", "overhead_s", "_fit",
                  "_s_per_mm_token", "_s_per_pair", "_s_dense_weights", "_s_expert_weights",
                  "_log_expert_miss", "_moe", "_s_per_kv_token",
                  "_h2d_s_per_block", "_d2h_s_per_block", "_h2d_dup_s_per_block", "_d2h_dup_s_per_block")
@@ -103,19 +102,17 @@ class CostModel:
         self.overhead_s = hardware.overhead_s
 
         # --- calibration overrides
-        self._calibrated = calibration is not None
         h2d, d2h, dup = hardware.h2d_bw, hardware.d2h_bw, hardware.duplex_factor
         if calibration is not None:
             c = calibration.coefficients
-            self._c0, self._cp, self._ca = c.overhead_s, c.per_prefill_token_s, c.per_prefill_attn_pair_s
-            self._cd, self._ckv = c.per_decode_seq_s, c.per_kv_token_s
+            self._fit = c.iteration_s
             self.overhead_s = c.overhead_s
             t = calibration.transfer
             h2d = t.h2d_gb_s * 1e9 if t.h2d_gb_s is not None else h2d
             d2h = t.d2h_gb_s * 1e9 if t.d2h_gb_s is not None else d2h
             dup = t.duplex_factor if t.duplex_factor is not None else dup
         else:
-            self._c0 = self._cp = self._ca = self._cd = self._ckv = 0.0
+            self._fit = None
         self.h2d_bw, self.d2h_bw, self.duplex_factor = h2d, d2h, dup
         self._h2d_s_per_block = self.block_bytes / h2d
         self._d2h_s_per_block = self.block_bytes / d2h
@@ -135,9 +132,8 @@ class CostModel:
         tokens = prefill_tokens + decode_seqs
         if tokens <= 0:
             return 0.0
-        if self._calibrated:
-            return (self._c0 + self._cp * prefill_tokens + self._ca * prefill_attn_pairs
-                    + self._cd * decode_seqs + self._ckv * (decode_kv_tokens + prefill_ctx_tokens))
+        if self._fit is not None:
+            return self._fit(prefill_tokens, prefill_attn_pairs, decode_seqs, decode_kv_tokens, prefill_ctx_tokens)
         compute = self._s_per_mm_token * tokens + self._s_per_pair * (prefill_attn_pairs + decode_kv_tokens)
         weights = self._s_dense_weights
         if self._moe:

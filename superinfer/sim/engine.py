@@ -29,7 +29,6 @@ from superinfer.core import (
     ROTATING_POLICIES,
     EngineState,
     Moves,
-    Phase,
     Params,
     Plan,
     Sampled,
@@ -37,7 +36,7 @@ from superinfer.core import (
     TenantTable,
     core_policy_name,
     get_policy,
-    slo_token_budget,
+    batch_token_budget,
 )
 from superinfer.sim.costmodel import CostModel, StepPrice
 from superinfer.sim.workload import Workload
@@ -45,7 +44,6 @@ from superinfer.sim.workload import Workload
 # Names the benchmarks accept: the core's policies plus variants that change the transfer engine.
 SIM_POLICIES = ENGINE_POLICIES
 UNBOUNDED = 1 << 40
-_RUNNING = int(Phase.RUNNING)
 
 
 @dataclass
@@ -148,7 +146,7 @@ class Simulator:
         core_name = core_policy_name(cfg.policy)
         self.policy = get_policy(core_name)
         self.lossless = core_name in ROTATING_POLICIES
-        self.slo_budget = core_name == "lvf"  # RotaSched v2 sizes its iterations to the TBT SLO
+        self.slo_budget = self.policy.spec.slo_guards  # RotaSched v2 sizes its iterations to the TBT SLO
         self.hbm_blocks = (cm.hbm_kv_blocks(cfg.max_num_batched_tokens) if cfg.hbm_blocks is None
                            else int(cfg.hbm_blocks))
         uses_dram = core_name in ROTATING_POLICIES or core_name == "vllm-offload"
@@ -191,19 +189,13 @@ class Simulator:
     def token_budget(self) -> int:
         """``max_num_batched_tokens``, or for RotaSched v2 the SLO-aware budget: prefill cut so that an
         iteration with running decodes is priced within ``step_slo_share`` of the tightest TBT SLO."""
-        cfg, st = self.cfg, self.state
+        cfg = self.cfg
         share = cfg.params.step_slo_share
         if not self.slo_budget or share <= 0:
             return cfg.max_num_batched_tokens
-        rows = st.live_rows()
-        dec = rows[(st.phase[rows] == _RUNNING) & (st.outputs[rows] > 0)]
-        d, kv = int(dec.shape[0]), int(st.num_computed[dec].sum())
-        # A chunk continuing a prompt also reads its earlier context: price with the longest such context.
-        part = rows[(st.num_tokens[rows] - st.num_computed[rows] > 1) & (st.num_computed[rows] > 0)]
-        ctx = int(st.num_computed[part].max()) if part.shape[0] else 0
-        cm = self.cm
-        return slo_token_budget(lambda p: cm.iteration_s(p, p * ctx + p * (p + 1) // 2, d, kv, ctx if p else 0),
-                                share * self._tightest_tbt, d, cfg.max_num_batched_tokens)
+        st = self.state
+        return batch_token_budget(st, st.live_rows(), self.cm.iteration_s, share * self._tightest_tbt,
+                                  cfg.max_num_batched_tokens)
 
     def step(self, now: float) -> StepResult:
         """Run one iteration starting at ``now``: plan, move blocks, price, complete copies, sample."""

@@ -25,7 +25,7 @@ from typing import Any
 import click
 import numpy as np
 
-from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS, Params
+from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS
 
 
 def _requests(workload: str, arrival: str, rps: float, duration: float, seed: int, max_len: int):
@@ -136,7 +136,7 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
     spec = EngineSpec(model=o["model"], policy=policy, num_blocks=o["num_blocks"], block_size=o["block_size"],
                       max_model_len=o["max_model_len"], max_num_seqs=o["max_num_seqs"],
                       max_num_batched_tokens=o["max_num_batched_tokens"], params=params,
-                      host_blocks=o["host_blocks"], load=o.get("load"))
+                      host_blocks=o["host_blocks"], load=o.get("load"), calibration=o.get("calibration"))
     with open_engine(spec, workdir) as llm:
         stock = instrument_stock(scheduler_of(llm)) if policy not in ROTA_POLICIES else None
         load = HostLoad()
@@ -216,6 +216,9 @@ def _knob_options(f: Any) -> Any:
 @click.option("--host-blocks", default=4096, show_default=True, type=click.IntRange(min=1))
 @click.option("--load", default=None, type=click.Choice(["sync", "async"]),
               help="lvf: DuplexKVConnector loads of parked KV (default: the connector's).")
+@click.option("--calibration", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="lvf: a calibration file (superinferd calibrate) of this engine: the step-time model of "
+                   "RotaSched v2's SLO token budget (step_slo_share). Without one the plugin keeps vLLM's budget.")
 @click.option("--block-size", default=32, show_default=True, type=click.IntRange(min=1))
 @click.option("--max-model-len", default=512, show_default=True, type=click.IntRange(min=64))
 @click.option("--max-num-seqs", default=64, show_default=True, type=click.IntRange(min=1))

@@ -141,7 +141,7 @@ def robust_fit(samples: list[Any], *, spike: float = 2.5, rounds: int = 4) -> tu
 def calibrate(model_dir: str | None, build_tiny: str | None, output: str, label: str | None, hardware: str,
               block_size: int, max_model_len: int, repeats: int, threads: int | None, as_json: bool) -> None:
     """Measure engine step times on this vLLM engine and write a simulator calibration file."""
-    from superinfer.sim.calibration import Calibration, fit, save
+    from superinfer.sim.calibration import Calibration, save
     from superinfer.vllm.compat import check_vllm_version
 
     if (model_dir is None) == (build_tiny is None):

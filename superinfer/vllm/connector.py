@@ -13,7 +13,8 @@ metadata (:mod:`superinfer.vllm.kvmeta`), so the same code works in-process and 
 Extra config keys (all optional): ``host_blocks`` (host pool size in KV blocks; default 4x the device
 blocks), ``load`` (``"async"`` or ``"sync"``; default ``"sync"`` on a CPU engine, ``"async"`` elsewhere, see
 :func:`default_load`), ``backend`` (DuplexKV copy backend,
-``auto``), ``params_file`` (see :mod:`superinfer.vllm.params`).
+``auto``), ``params_file`` (see :mod:`superinfer.vllm.params`), ``calibration`` (a calibration file: the
+step-time model of RotaSched v2's SLO token budget; the scheduler reads it).
 
 Use it with :class:`superinfer.vllm.RotaScheduler`: the scheduler plans the eager syncs (within
 ``B_xfer``) and reports each victim's block ids *before* vLLM frees them. Under a stock scheduler the
@@ -36,7 +37,7 @@ from superinfer.vllm.ledger import HostLedger
 
 log = logging.getLogger(__name__)
 
-_EXTRA_KEYS = frozenset({"host_blocks", "load", "backend", "params_file", "policy"})
+_EXTRA_KEYS = frozenset({"host_blocks", "load", "backend", "params_file", "policy", "calibration"})
 
 
 def connector_extra(vllm_config: Any) -> dict[str, Any]:

@@ -30,10 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from superinfer.core import B_XFER_BOUNDS, INTEGER_PARAMS, PARAM_BOUNDS, Params, Tenant
+from superinfer.core.budget import IterationModel
 
 log = logging.getLogger(__name__)
 
 ENV_PARAMS_FILE = "SUPERINFER_PARAMS_FILE"
+ENV_CALIBRATION = "SUPERINFER_CALIBRATION"
 DEFAULT_B_XFER = 64
 #: the scheduler knobs the file may set: every live-tunable knob of the core
 PARAM_KEYS: tuple[str, ...] = tuple(PARAM_BOUNDS)
@@ -156,3 +158,16 @@ def write_params(path: str | os.PathLike[str], values: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(values, sort_keys=True))
     os.replace(tmp, path)
+
+
+def load_step_model(path: str | None) -> IterationModel | None:
+    """The step-time model of a calibration file (``superinferd calibrate``), or None without one."""
+    if not path:
+        return None
+    from superinfer.sim.calibration import load
+
+    try:
+        return load(path).coefficients.iteration_s
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"RotaScheduler: calibration {path!r} (from ${ENV_CALIBRATION} or the connector's "
+                         f"'calibration'): {exc}") from exc

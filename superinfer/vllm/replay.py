@@ -48,6 +48,7 @@ class EngineSpec:
     params: dict[str, Any] = field(default_factory=dict)  # lvf: params-file content
     host_blocks: int | None = None
     load: str | None = None  # lvf: DuplexKVConnector ``load`` ("async" | "sync"; None: the connector's default)
+    calibration: str | None = None  # lvf: calibration file, the step-time model of v2's SLO token budget
     scheduler_cls: str | None = None  # overrides the policy's scheduler (calibration)
 
     def __post_init__(self) -> None:
@@ -75,6 +76,8 @@ def open_engine(spec: EngineSpec, workdir: Path) -> Iterator[Any]:
             extra["host_blocks"] = spec.host_blocks
         if spec.load:
             extra["load"] = spec.load
+        if spec.calibration:
+            extra["calibration"] = spec.calibration
         kwargs["scheduler_cls"] = "superinfer.vllm.RotaScheduler"
         kwargs["kv_transfer_config"] = {"kv_connector": "DuplexKVConnector", "kv_connector_module_path": "superinfer.vllm",
                                         "kv_role": "kv_both", "kv_connector_extra_config": extra}

@@ -26,7 +26,6 @@ from __future__ import annotations
 import collections
 import json
 import logging
-import math
 import os
 import time
 from typing import Any
@@ -36,10 +35,10 @@ from vllm.v1.core.sched.request_queue import SchedulingPolicy, create_request_qu
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import RequestStatus
 
-from superinfer.core import (Capacity, Plan, RequestTable, Snapshot, Tenant, TenantTable, get_policy, nothing_to_plan,
-                             rank_order)
+from superinfer.core import Capacity, Plan, RequestTable, Snapshot, batch_token_budget, get_policy, nothing_to_plan, rank_order
 from superinfer.vllm.connector import DuplexKVConnector, connector_extra
-from superinfer.vllm.params import ENV_PARAMS_FILE, LiveParams, ParamSource
+from superinfer.vllm.params import ENV_CALIBRATION, ENV_PARAMS_FILE, LiveParams, ParamSource, load_step_model
+from superinfer.vllm.tenants import RequestTenants
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +61,8 @@ class RotaScheduler(Scheduler):
         extra = connector_extra(self.vllm_config)
         self.param_source = ParamSource(os.environ.get(ENV_PARAMS_FILE) or extra.get("params_file"))
         self.core_policy = get_policy(os.environ.get(ENV_POLICY) or extra.get("policy", "lvf"))
+        self.step_model = load_step_model(os.environ.get(ENV_CALIBRATION) or extra.get("calibration"))
+        self._max_tokens = int(self.max_num_scheduled_tokens)
         self.clock = time.time  # the clock of Request.arrival_time
         self.table = RequestTable()
         self.stats: collections.Counter[str] = collections.Counter()
@@ -71,9 +72,7 @@ class RotaScheduler(Scheduler):
         self._hbm_blocks = max(1, int(self.kv_cache_config.num_blocks) - 1)  # block 0 is vLLM's null block
         self._d2h_left = 0
         self._pre_computed: dict[str, int] = {}
-        self._tenant_keys: dict[tuple[str, float | None, float | None], int] = {}
-        self._tenants: TenantTable | None = None
-        self._tenant_version = -1
+        self.tenants = RequestTenants(self.stats)
         self._vlt_by_row = np.zeros(0)
 
     # -- requests in and out ---------------------------------------------------------------------
@@ -81,7 +80,7 @@ class RotaScheduler(Scheduler):
         super().add_request(request)
         rid = request.request_id
         if rid not in self.table and rid in self.requests:
-            self.table.add(rid, float(request.arrival_time), int(request.num_tokens), tenant=self._tenant_of(request),
+            self.table.add(rid, float(request.arrival_time), int(request.num_tokens), tenant=self.tenants.index_of(request),
                            priority=int(getattr(request, "priority", 0) or 0))
 
     def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
@@ -91,41 +90,6 @@ class RotaScheduler(Scheduler):
         if len(self.table) == 0:
             self._write_stats()  # drained: a cheap moment to publish counters (multiprocess engines)
         return out
-
-    def _tenant_of(self, request: Any) -> int:
-        extra = getattr(request.sampling_params, "extra_args", None) or {}
-        name = str(extra.get("tenant", "default"))
-        slos: list[float | None] = []
-        for key in ("ttft_slo", "tbt_slo"):
-            value = extra.get(key)
-            if value is not None:
-                try:
-                    value = float(value)
-                    if not (math.isfinite(value) and value > 0):
-                        raise ValueError
-                except (TypeError, ValueError):
-                    self.stats["bad_slo_args"] += 1
-                    log.warning("request %s: ignoring %s=%r (need a number > 0)", request.request_id, key, value)
-                    value = None
-            slos.append(value)
-        key = (name, slos[0], slos[1])
-        idx = self._tenant_keys.get(key)
-        if idx is None:
-            idx = self._tenant_keys[key] = len(self._tenant_keys)
-            self._tenants = None
-        return idx
-
-    def _tenant_table(self, live: LiveParams) -> TenantTable:
-        if self._tenants is None or self._tenant_version != live.version:
-            named = {t.name: t for t in live.tenants}
-            rows = []
-            for (name, ttft, tbt), idx in sorted(self._tenant_keys.items(), key=lambda kv: kv[1]):
-                base = named.get(name, live.default_tenant)
-                rows.append(Tenant(f"{idx}:{name}", ttft or base.ttft_slo, tbt or base.tbt_slo, base.weight,
-                                   base.priority))
-            self._tenants = TenantTable(rows or [live.default_tenant])
-            self._tenant_version = live.version
-        return self._tenants
 
     # -- preemption (ours and vLLM's) -------------------------------------------------------------
     def _preempt_request(self, request: Any, timestamp: float, *args: Any, **kwargs: Any) -> None:
@@ -154,6 +118,15 @@ class RotaScheduler(Scheduler):
         self.stats["steps"] += 1
         self._refresh()
         self._d2h_left = live.b_xfer
+        self.max_num_scheduled_tokens = self._token_budget(live)  # vLLM's pass reads it as its token budget
+        try:
+            out = self._schedule_step(live, now, args, kwargs)
+        finally:
+            self.max_num_scheduled_tokens = self._max_tokens
+        self._after_schedule(out, now)
+        return out
+
+    def _schedule_step(self, live: LiveParams, now: float, args: tuple, kwargs: dict) -> Any:
         snap = self.table.snapshot()
         cap = self._capacity(snap, live)
         if not self.waiting and not self.kv_holding_waiting and nothing_to_plan(snap, cap):
@@ -161,22 +134,32 @@ class RotaScheduler(Scheduler):
             # it (on a small model its cost is a fifth of a decode step, and slower steps mean more KV held).
             self.stats["quiet_steps"] += 1
             self.last_plan = None
-            out = super().schedule(*args, **kwargs)
-            self._after_schedule(out, now)
-            return out
+            return super().schedule(*args, **kwargs)
         plan = self._plan(snap, cap, live, now)
         self.last_plan = plan
         if plan is None or plan.fcfs_fallback or plan.vlt_ids.shape[0] == 0:
             self.stats["fallback_steps" if plan is not None else "stock_steps"] += 1
             if plan is not None:
                 self._apply_syncs(plan)
-            out = super().schedule(*args, **kwargs)
-        else:
-            self.stats["pressure_steps"] += 1
-            admitted = self._apply(plan)
-            out = self._schedule_with(admitted, args, kwargs)
-        self._after_schedule(out, now)
-        return out
+            return super().schedule(*args, **kwargs)
+        self.stats["pressure_steps"] += 1
+        admitted = self._apply(plan)
+        return self._schedule_with(admitted, args, kwargs)
+
+    def _token_budget(self, live: LiveParams) -> int:
+        """RotaSched v2's SLO-aware token budget (as the twin's), with the calibration fit as the step-time
+        model; vLLM's own budget without a fit, for other policies, or when no prefill is pending."""
+        share = live.params.step_slo_share
+        if self.step_model is None or not self.core_policy.spec.slo_guards or share <= 0:
+            return self._max_tokens
+        if not self.waiting and all(r.num_tokens - r.num_computed_tokens <= 1 for r in self.running):
+            return self._max_tokens  # decodes only: never cut
+        t = self.table
+        tightest = float(self.tenants.table(live).tbt_slo.min())
+        budget = batch_token_budget(t, t.live_rows(), self.step_model, share * tightest, self._max_tokens)
+        if budget < self._max_tokens:
+            self.stats["budget_cut_steps"] += 1
+        return budget
 
     def _capacity(self, snap: Snapshot, live: LiveParams) -> Capacity:
         used = int(snap.blocks_hbm.sum())
@@ -195,7 +178,7 @@ class RotaScheduler(Scheduler):
         if len(snap) == 0:
             return None
         try:
-            return self.core_policy.plan(snap, cap, live.params, self._tenant_table(live), now)
+            return self.core_policy.plan(snap, cap, live.params, self.tenants.table(live), now)
         except ValueError as exc:
             self.stats["plan_errors"] += 1
             if self.stats["plan_errors"] <= _MAX_PLAN_ERROR_LOGS:
