@@ -44,6 +44,7 @@ class LazyGroup(click.Group):
         "stop": "superinfer.daemon.cli:stop",
         "status": "superinfer.daemon.cli:status",
         "config": "superinfer.daemon.cli:config",
+        "top": "superinfer.tui.cli:top",
     },
 )
 @click.version_option(__version__, prog_name="superinferd")

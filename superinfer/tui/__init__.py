@@ -1,0 +1,15 @@
+"""``superinferd top``: the live terminal dashboard of one daemon (Textual), plus ``--once``/``--json``.
+
+It talks to the daemon only over HTTP (``/v1/state``, ``/v1/params``, ``/v1/config``, ``/v1/tuner``,
+``/openapi.json``) and reads the state directory's ``runtime.json`` and ``api-token``; it imports nothing
+of the daemon but the state directory's file names and its default location.
+
+Modules, one job each: ``connect`` (where the daemon is, which token, read-only and why), ``client``
+(HTTP calls, error shapes, control-character stripping), ``source`` (the poll cycle with backoff, and
+recording/replaying states), ``judge`` (OK/WARN/BREACH against the target, trends, why attainment
+moves), ``events`` (the deduplicated event log), ``tracker`` (everything derived across polls: rates,
+counter resets, restarts, histories, param changes), ``text`` (``--once`` and ``--json`` output),
+``fmt`` (number formatting shared by the panels), ``panels`` and ``tenants`` (what each panel shows, as
+pure functions of one frame), ``dialogs`` (edit, confirm, help, full log), ``app`` (the Textual app) and
+``cli`` (the click command).
+"""

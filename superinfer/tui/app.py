@@ -1,0 +1,308 @@
+"""The Textual app: layout, keys, the poll worker.
+
+One worker polls (so polls never overlap and never block the UI): poll, apply, wait ``interval`` (or
+the reconnect backoff) or until ``r``/``+``/``-`` wake it. Panels are redrawn from the tracker after each
+poll; the header and banner also tick once a second (data age, disconnected time). Layout: fixed panel
+heights; below 100 columns or 30 rows the compact layout drops the transfer, tuner and ranking panels
+and the tenant table's less important columns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer, Static
+
+from superinfer.tui import panels
+from superinfer.tui.client import ApiError, Unreachable
+from superinfer.tui.css import TOP_CSS
+from superinfer.tui.dialogs import ConfirmScreen, EditScreen, HelpScreen, LogScreen
+from superinfer.tui.fmt import clock
+from superinfer.tui.source import LiveSource, Poll, ReplaySource, backoff_s
+from superinfer.tui.status import Session, banner, header
+from superinfer.tui.tenants import TenantTable
+from superinfer.tui.tracker import Tracker
+
+INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+MESSAGE_S = 10.0
+COMPACT_W, COMPACT_H = 100, 30
+MAX_TENANT_ROWS = 8
+
+
+class TopApp(App[None]):
+    """``superinferd top``. ``source``: a live daemon or a recording."""
+
+    CSS = TOP_CSS
+    TITLE = "superinferd top"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
+        Binding("space", "pause", "pause"),
+        Binding("Z", "pause", "pause", show=False),
+        Binding("r", "refresh", "refresh"),
+        Binding("plus,equals_sign", "interval(1)", "interval", key_display="+/-"),
+        Binding("minus", "interval(-1)", "interval", show=False),
+        Binding("tab", "tenant(1)", "tenant", show=False),
+        Binding("shift+tab", "tenant(-1)", "tenant", show=False),
+        Binding("e", "edit", "edit"),
+        Binding("f", "freeze", "freeze"),
+        Binding("l", "log", "log"),
+        Binding("s", "save", "save"),
+        Binding("question_mark", "help", "help", key_display="?"),
+    ]
+
+    def __init__(self, source: LiveSource | ReplaySource, interval_s: float = 1.0, url: str = "",
+                 read_only_reason: str | None = None, save_dir: Path | None = None) -> None:
+        super().__init__()
+        self.source = source
+        self.tracker = Tracker()
+        self.session = Session(url=url, interval_s=interval_s, read_only_reason=read_only_reason,
+                               replay=source.replay)
+        self.save_dir = save_dir or Path.cwd()
+        self.compact = False
+        self._wake = asyncio.Event()
+        self._bounds: dict[str, Any] | None = None
+        self._now = 0.0  # replay: the recorded time of the newest frame
+
+    # ---- layout ---------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Static(id="header")
+        yield Static(id="banner")
+        with Vertical(id="body"):
+            with Vertical(id="tenants-box", classes="panel"):
+                yield TenantTable(id="tenants")
+                yield Static(id="why")
+            with Horizontal(id="row1"):
+                yield Static(id="kv", classes="panel")
+                yield Static(id="queues", classes="panel")
+                yield Static(id="transfer", classes="panel")
+            with Horizontal(id="row2"):
+                yield Static(id="params", classes="panel")
+                yield Static(id="tuner", classes="panel")
+                yield Static(id="ranking", classes="panel")
+            yield Static(id="events", classes="panel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        titles = {"tenants-box": "SLOs per tenant", "kv": "KV cache", "queues": "queues", "transfer": "transfer",
+                  "params": "params", "tuner": "tuner", "ranking": "VLT ranking (served first)", "events": "events"}
+        for wid, title in titles.items():
+            self.query_one(f"#{wid}").border_title = title
+        self._layout(self.size.width, self.size.height)
+        self.query_one(TenantTable).focus()
+        self.render_all()
+        self.run_worker(self._poll_loop(), exclusive=True, group="poll", name="poll")
+        self.set_interval(1.0, self._tick)
+
+    def on_resize(self, event: Any) -> None:
+        self._layout(event.size.width, event.size.height)
+        self.render_all()
+
+    def _layout(self, width: int, height: int) -> None:
+        self.compact = width < COMPACT_W or height < COMPACT_H
+        self.query_one("#body").set_class(self.compact, "compact")
+
+    def now(self) -> float:
+        return self._now if self.source.replay else time.time()
+
+    # ---- polling --------------------------------------------------------------------------------
+    async def _poll_loop(self) -> None:
+        while True:
+            if not self.session.paused or self._wake.is_set():
+                self._wake.clear()
+                poll = await self.source.poll()
+                if poll is None:
+                    self.session.replay_ended = True
+                    self.render_all()
+                else:
+                    self.apply(poll)
+            delay = backoff_s(self.session.interval_s, self.source.failures)
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay)
+            except asyncio.TimeoutError:
+                pass
+
+    def apply(self, poll: Poll) -> None:
+        """Feed one poll to the tracker and redraw."""
+        self._now = poll.t
+        if isinstance(self.source, LiveSource):
+            self.session.url = self.source.target.url
+        if poll.state is None:
+            retry = None if self.source.replay else backoff_s(self.session.interval_s, self.source.failures)
+            self.tracker.lost(poll.error or "no answer", poll.t, retry)
+        else:
+            if poll.config is not None:
+                self.tracker.set_config(poll.config)
+            if self.tracker.observe(poll.state, poll.t, poll.tuner):
+                self._bounds = None
+        self.render_all()
+
+    def _tick(self) -> None:
+        if not self.source.replay:
+            self._render_status()
+
+    # ---- drawing --------------------------------------------------------------------------------
+    def _render_status(self) -> None:
+        now = self.now()
+        self.query_one("#header", Static).update(header(self.tracker, now, self.session, self.size.width))
+        text, cls = banner(self.tracker, now, self.session)
+        b = self.query_one("#banner", Static)
+        b.update(text)
+        b.set_classes(cls)
+        self.query_one("#body").set_class(not self.tracker.connected and self.tracker.state is not None, "stale")
+
+    def render_all(self) -> None:
+        """Redraw every panel from the tracker."""
+        self._render_status()
+        tr, now = self.tracker, self.now()
+        table = self.query_one(TenantTable)
+        table.update_from(tr, now, self.compact)
+        n = min(max(len((tr.state or {}).get("tenants") or {}), 1), MAX_TENANT_ROWS)
+        self.query_one("#tenants-box").styles.height = n + 4  # borders, column header, rows, why
+        sel = table.selected
+        why = Text()
+        if sel is not None and tr.state is not None:
+            why.append(f"why ({sel}): ", style="bold")
+            why.append(tr.tenant(sel, now)["why"])
+        self.query_one("#why", Static).update(why)
+        box = self.query_one("#tenants-box")
+        box.border_title = (f"SLOs per tenant · window {tr.state.get('slo_window_s', '—')}s · target "
+                            f"{100 * tr.target:.0f}%" if tr.state else "SLOs per tenant")
+        w = self.size.width
+        third = max(24, w // 3 - 4)
+        self.query_one("#kv", Static).update(panels.kv(tr, w // 2 - 4 if self.compact else third))
+        self.query_one("#queues", Static).update(panels.queues(tr, w // 2 - 4 if self.compact else third))
+        self.query_one("#transfer", Static).update(panels.transfer(tr, third))
+        self.query_one("#transfer").border_subtitle = panels.transfer_note(tr)
+        self.query_one("#kv").border_title = panels.kv_title(tr)
+        self.query_one("#params", Static).update(panels.params(tr, now, w - 4 if self.compact else third,
+                                                               meta_first=self.compact))
+        self.query_one("#tuner", Static).update(panels.tuner(tr, now))
+        self.query_one("#ranking", Static).update(panels.ranking(tr))
+        events = self.query_one("#events", Static)
+        events.update(panels.events(tr, max(1, events.size.height - 2 if events.size.height else 8)))
+
+    # ---- keys -----------------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("edit", "freeze") and self.session.read_only_reason is not None:
+            return None  # shown greyed out
+        return True
+
+    def say(self, text: str, level: str = "info") -> None:
+        self.session.message, self.session.message_level = text, level
+        self.session.message_until = self.now() + MESSAGE_S if not self.source.replay else float("inf")
+        self._render_status()
+
+    def action_pause(self) -> None:
+        self.session.paused = not self.session.paused
+        if not self.session.paused:
+            self._wake.set()
+        self._render_status()
+
+    def action_refresh(self) -> None:
+        self._wake.set()
+
+    def action_interval(self, step: int) -> None:
+        cur = self.session.interval_s
+        i = min(range(len(INTERVALS)), key=lambda j: abs(INTERVALS[j] - cur))
+        self.session.interval_s = INTERVALS[min(max(i + step, 0), len(INTERVALS) - 1)]
+        self.say(f"polling every {self.session.interval_s:g}s")
+        self._wake.set()
+
+    def action_tenant(self, step: int) -> None:
+        table = self.query_one(TenantTable)
+        if table.row_count:
+            table.move_cursor(row=(table.cursor_row + step) % table.row_count)
+            self.render_all()
+
+    def on_data_table_row_highlighted(self, _: Any) -> None:
+        self.render_all()
+
+    def action_edit(self) -> None:
+        if self.tracker.state is None or not self.tracker.connected or self.source.client is None:
+            self.say("not connected: nothing to edit", "error")
+            return
+        self.run_worker(self._edit(), exclusive=True, group="edit")
+
+    async def _edit(self) -> None:
+        client = self.source.client
+        try:
+            if self._bounds is None:
+                self._bounds = await self.source.bounds()
+            params = await client.params()
+        except (Unreachable, ApiError) as exc:
+            self.say(f"cannot read params: {exc}", "error")
+            return
+        self.push_screen(EditScreen(params, self._bounds, client.params, client.put_params), self._edited)
+
+    def _edited(self, result: tuple[str, str] | None) -> None:
+        if result is None:
+            self.say("edit cancelled: nothing sent")
+        else:
+            self.say(result[1], result[0])
+            self._wake.set()
+
+    def action_freeze(self) -> None:
+        t = self.tracker.tuner
+        if t is None:
+            self.say("the tuner is not available: this daemon has no /v1/tuner and /v1/state has no tuner "
+                     "block (the panel says off)", "warn")
+            return
+        frozen = bool(t.get("frozen"))
+        question = ("Unfreeze the tuner (it resumes changing params)?" if frozen else
+                    "Freeze the tuner (it stops changing params until unfrozen)?")
+        self.push_screen(ConfirmScreen(question), lambda yes: self._freeze(not frozen) if yes else
+                         self.say("nothing sent"))
+
+    def _freeze(self, freeze: bool) -> None:
+        async def go() -> None:
+            try:
+                await self.source.client.put_tuner({"freeze": freeze})
+            except ApiError as exc:
+                self.say(f"tuner refused, HTTP {exc.status}: {exc.message}", "error")
+                return
+            except Unreachable as exc:
+                self.say(f"daemon unreachable: {exc.reason}", "error")
+                return
+            self.say("tuner frozen" if freeze else "tuner unfrozen")
+            self._wake.set()
+
+        self.run_worker(go(), exclusive=True, group="freeze")
+
+    def action_log(self) -> None:
+        text = Text()
+        for e in self.tracker.events.events:
+            text.append(clock(e.t) + (f"–{clock(e.t_last)}" if e.t_last and e.t_last - e.t >= 1 else "") + " ",
+                        style="dim")
+            text.append(e.render() + "\n", style=panels.EVENT_STYLE.get(e.level, ""))
+        self.push_screen(LogScreen(text or Text("no events yet", style="dim")))
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_save(self) -> None:
+        if self.tracker.state is None:
+            self.say("nothing to save yet", "error")
+            return
+        now = self.now()
+        path = self.save_dir / f"superinfer-state-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}.json"
+        doc = {"saved_at": now, "url": self.session.url, "state": self.tracker.state,
+               "derived": self.tracker.derived(now)}
+        try:
+            path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+        except OSError as exc:
+            self.say(f"cannot save: {exc.strerror or exc}", "error")
+            return
+        self.say(f"saved {path}")
+
+    async def on_unmount(self) -> None:
+        await self.source.aclose()

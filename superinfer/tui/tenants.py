@@ -1,0 +1,122 @@
+"""The per-tenant SLO table: one row per tenant (stable row keys), updated cell by cell.
+
+Columns (wide): the verdict word beside its colour, the tenant's SLOs, requests/finished in the window,
+TTFT attainment, TBT attainment per request and per gap, both-SLO attainment, TTFT and gap P50/P99
+against the SLO, rotations per finished request, and the trend of the both-SLO attainment. The compact
+layout (narrow terminals) keeps the verdict, counts, TTFT and both-SLO attainment, the P99s and the trend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from superinfer.tui.fmt import DASH, VERDICT_MARK, VERDICT_STYLE, number, pct, secs, slo
+from superinfer.tui.judge import percentile_class
+from superinfer.tui.tracker import Tracker
+
+WIDE = (("tenant", "tenant"), ("verdict", "verdict"), ("slo", "SLO ttft/tbt"), ("n", "req/fin"),
+        ("ttft", "TTFT%"), ("tbt", "TBT%"), ("gap", "gap%"), ("both", "both%"), ("ttft_p", "TTFT p50/p99"),
+        ("gap_p", "gap p50/p99"), ("rot", "rot/fin"), ("trend", "trend"))
+COMPACT = (("tenant", "tenant"), ("verdict", "verdict"), ("n", "req/fin"), ("ttft", "TTFT%"), ("both", "both%"),
+           ("ttft_p", "TTFT p99"), ("gap_p", "gap p99"), ("trend", "trend"))
+
+
+def _share(x: Any, verdict: str) -> Text:
+    return Text(pct(x), style=VERDICT_STYLE[verdict] if verdict != "—" else "", justify="right")
+
+
+def _pair(p50: Any, p99: Any, slo: Any, compact: bool) -> Text:
+    s50 = VERDICT_STYLE.get(percentile_class(p50, slo, True), "")
+    s99 = VERDICT_STYLE.get(percentile_class(p99, slo, False), "")
+    if compact:
+        return Text(secs(p99), style=s99 if p99 is not None else "dim", justify="right")
+    t = Text(justify="right")
+    t.append(secs(p50), style=s50 if p50 is not None else "dim")
+    t.append("/", style="dim")
+    t.append(secs(p99), style=s99 if p99 is not None else "dim")
+    return t
+
+
+def tenant_cells(tr: Tracker, name: str, now: float, compact: bool) -> dict[str, Text]:
+    """The cells of ``name``'s row, by column key (a pure function of the tracker)."""
+    t = ((tr.state or {}).get("tenants") or {}).get(name) or {}
+    w = t.get("window") or {}
+    d = tr.tenant(name, now)
+    verdict = d["verdict"]
+    cells = {
+        "tenant": Text(name, style="bold"),
+        "verdict": Text(f"{VERDICT_MARK[verdict]} {verdict}", style=VERDICT_STYLE[verdict]),
+        "slo": Text(f"{slo(t.get('ttft_slo_s'))}/{slo(t.get('tbt_slo_s'))}", style="dim"),
+        "n": Text(f"{number(w.get('requests'))}/{number(w.get('finished'))}", justify="right"),
+        "ttft": _share(w.get("ttft_attainment"), d["ttft"]),
+        "tbt": _share(w.get("tbt_attainment"), d["tbt"]),
+        "gap": _share(w.get("tbt_gap_attainment"), d["gap"]),
+        "both": _share(w.get("slo_attainment"), d["slo"]),
+        "ttft_p": _pair(w.get("ttft_p50_s"), w.get("ttft_p99_s"), t.get("ttft_slo_s"), compact),
+        "gap_p": _pair(w.get("tbt_p50_s"), w.get("tbt_p99_s"), t.get("tbt_slo_s"), compact),
+        "rot": Text(number(None if w.get("rotations_per_finished") is None else round(w["rotations_per_finished"], 1)),
+                    justify="right"),
+    }
+    arrow, delta = d["trend"], d["trend_pp"]
+    style = "green" if arrow == "↑" else "red" if arrow == "↓" else "dim"
+    cells["trend"] = Text(f"{arrow} {delta:+.1f}pp" if arrow and delta is not None else DASH, style=style)
+    return cells
+
+
+class TenantTable(DataTable):
+    """The tenant rows. :meth:`update_from` adds/removes rows by tenant name and changes only the cells
+    whose text changed."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, show_cursor=True, **kwargs)
+        self._compact: bool | None = None
+        self._cells: dict[tuple[str, str], str] = {}
+
+    def _columns(self, compact: bool) -> None:
+        self.clear(columns=True)
+        self._cells.clear()
+        for key, label in COMPACT if compact else WIDE:
+            self.add_column(Text(label, style="bold"), key=key)
+        self._compact = compact
+
+    @property
+    def selected(self) -> str | None:
+        """The tenant under the cursor."""
+        if not self.row_count:
+            return None
+        try:
+            return str(self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value)
+        except Exception:  # noqa: BLE001 - no row under the cursor
+            return None
+
+    def update_from(self, tr: Tracker, now: float, compact: bool) -> None:
+        if compact != self._compact:
+            selected = self.selected
+            self._columns(compact)
+            if selected:
+                self._cells[("", "select")] = selected
+        names = list(((tr.state or {}).get("tenants") or {}))
+        for key in [str(k.value) for k in list(self.rows)]:
+            if key not in names:
+                self.remove_row(key)
+                for col, _ in WIDE:
+                    self._cells.pop((key, col), None)
+        columns = COMPACT if compact else WIDE
+        for name in names:
+            cells = tenant_cells(tr, name, now, compact)
+            if name not in {str(k.value) for k in self.rows}:
+                self.add_row(*(cells[c] for c, _ in columns), key=name)
+                for c, _ in columns:
+                    self._cells[(name, c)] = cells[c].markup
+                continue
+            for c, _ in columns:
+                mark = cells[c].markup
+                if self._cells.get((name, c)) != mark:
+                    self._cells[(name, c)] = mark
+                    self.update_cell(name, c, cells[c], update_width=True)
+        pending = self._cells.pop(("", "select"), None)
+        if pending in names:
+            self.move_cursor(row=names.index(pending))
