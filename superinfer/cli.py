@@ -60,6 +60,7 @@ def main() -> None:
         "figures": "superinfer.sim.figures:figures",
         "kv": "superinfer.duplexkv.cli:bench_kv",
         "vllm": "superinfer.vllm.bench:bench_vllm",
+        "fidelity": "superinfer.vllm.fidelity:bench_fidelity",
     },
 )
 def bench() -> None:

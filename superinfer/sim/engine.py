@@ -19,6 +19,7 @@ workload's end; the run then drains until every request has finished or ``drain_
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -27,6 +28,7 @@ import numpy as np
 from superinfer.core import (
     ENGINE_POLICIES,
     ROTATING_POLICIES,
+    Capacity,
     EngineState,
     Moves,
     Params,
@@ -34,9 +36,10 @@ from superinfer.core import (
     Sampled,
     Snapshot,
     TenantTable,
+    batch_token_budget,
     core_policy_name,
     get_policy,
-    batch_token_budget,
+    nothing_to_plan,
 )
 from superinfer.sim.costmodel import CostModel, StepPrice
 from superinfer.sim.workload import Workload
@@ -44,6 +47,29 @@ from superinfer.sim.workload import Workload
 # Names the benchmarks accept: the core's policies plus variants that change the transfer engine.
 SIM_POLICIES = ENGINE_POLICIES
 UNBOUNDED = 1 << 40
+
+
+@dataclass(frozen=True)
+class HostCosts:
+    """Host-side time an engine spends outside the calibrated step (each a measured term of the twin;
+    ``superinferd bench fidelity`` measures them on a real engine, docs/fidelity.md):
+
+    * ``step_s``: added to every iteration (e.g. the vLLM plugin's table refresh and KV connector hooks,
+      beyond the stock scheduler that a calibration already includes);
+    * ``plan_s``: added to an iteration that plans (one where :func:`superinfer.core.nothing_to_plan` is
+      false; the plugin skips planning otherwise);
+    * ``arrival_s``: per arriving request, serial with the engine loop (input processing between steps).
+    """
+
+    step_s: float = 0.0
+    plan_s: float = 0.0
+    arrival_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("step_s", "plan_s", "arrival_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"host costs: {name} must be a finite number >= 0 (seconds), got {v!r}")
 
 
 @dataclass
@@ -61,6 +87,7 @@ class SimConfig:
     drain_s: float = 300.0
     sjf_noise: float = 0.0  # log-normal sigma of the sjf oracle's predictions (0 = exact oracle)
     seed: int = 0
+    host: HostCosts = field(default_factory=HostCosts)  # engine-host terms (docs/fidelity.md)
 
     def __post_init__(self) -> None:
         if self.policy not in SIM_POLICIES:
@@ -177,14 +204,16 @@ class Simulator:
         return self.state.admit(req_id, t_arr, prompt_tokens, output_tokens, tenant=tenant, priority=priority,
                                 pred_remaining=pred_remaining, max_model_len=max_model_len)
 
-    def _arrive(self, now: float) -> None:
-        w = self.w
+    def _arrive(self, now: float) -> int:
+        """Add every request arrived by ``now``; how many."""
+        w, first = self.w, self._next
         while self._next < len(w) and w.arrival_s[self._next] <= now:
             i = self._next
             self.add(i, float(w.arrival_s[i]), int(w.prompt_tokens[i]), int(w.output_tokens[i]),
                      tenant=int(self.tenant_index[i]), priority=int(self.priority[i]),
                      pred_remaining=float(self.pred[i]))
             self._next += 1
+        return self._next - first
 
     def token_budget(self) -> int:
         """``max_num_batched_tokens``, or for RotaSched v2 the SLO-aware budget: prefill cut so that an
@@ -211,13 +240,19 @@ class Simulator:
         decode = (tokens == 1) & (st.outputs[rows] > 0)
         price = cm.price_step(tokens, st.num_computed[rows], decode, moves.h2d_blocks, len(moves.swap_out),
                               len(moves.sync))
-        t_end = now + price.step_s
+        t_end = now + price.step_s + self._host_s(snap, cap)
         self.max_h2d = max(self.max_h2d, moves.h2d_blocks)
         self.max_d2h = max(self.max_d2h, moves.d2h_blocks)
         self.max_used = max(self.max_used, st.ledger.hbm.used)
         st.complete_transfers(t_end)
         sampled = st.advance(plan, t_end, rows)
         return StepResult(now, t_end, plan, snap, moves, price, plan_s, sampled)
+
+    def _host_s(self, snap: Snapshot, cap: Capacity) -> float:
+        host = self.cfg.host
+        if host.plan_s > 0 and not nothing_to_plan(snap, cap):
+            return host.step_s + host.plan_s
+        return host.step_s
 
     # ---- the run --------------------------------------------------------------------------------
     def run(self) -> Trace:
@@ -239,7 +274,9 @@ class Simulator:
         while True:
             if window_tokens < 0 and now >= window_end:
                 window_tokens = tokens
-            self._arrive(now)
+            arrived = self._arrive(now)
+            if arrived and self.cfg.host.arrival_s > 0:
+                now += arrived * self.cfg.host.arrival_s  # the engine loop processes them before the step
             if len(st) == 0:
                 if self._next >= n:
                     break

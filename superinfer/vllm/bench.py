@@ -26,6 +26,7 @@ import click
 import numpy as np
 
 from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS
+from superinfer.vllm.bench_text import echo_summary
 
 
 def _requests(workload: str, arrival: str, rps: float, duration: float, seed: int, max_len: int):
@@ -120,7 +121,10 @@ def instrument_stock(sched: Any) -> dict[str, int]:
     return stats
 
 
-def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, float], workdir: Path) -> dict[str, Any]:
+def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, float], workdir: Path,
+               traces: dict[tuple[str, int], Any] | None = None) -> dict[str, Any]:
+    """One real-engine run: metrics as ``bench sim``'s, engine counters, host load. ``traces``, if given,
+    receives the run's :class:`~superinfer.sim.engine.Trace` under ``(policy, seed)``."""
     from superinfer.core import Tenant, TenantTable
     from superinfer.sim.metrics import run_metrics
     from superinfer.vllm.replay import ROTA_POLICIES, EngineSpec, open_engine, replay, scheduler_of, to_trace
@@ -162,6 +166,8 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
     n = arr.shape[0]
     trace = to_trace(r, np.zeros(n, np.int64), np.zeros(len(r.gaps), np.int64), counters,
                      num_blocks=o["num_blocks"], block_size=o["block_size"])
+    if traces is not None:
+        traces[(policy, seed)] = trace
     out = {"policy": policy, "rps": o["rps"], "seed": seed}
     out.update(run_metrics(trace, tenants, w.duration_s or o["duration"]))
     out["engine_steps"] = r.steps
@@ -189,55 +195,64 @@ def _knob_options(f: Any) -> Any:
     return f
 
 
-@click.command("vllm")
-@click.option("--model", "model_dir", default=None, type=click.Path(file_okay=False), help="Model directory.")
-@click.option("--build-tiny", default=None, type=click.Path(file_okay=False), help="Build the tiny Llama here and use it.")
-@click.option("--workload", default="chat", show_default=True, help="Trace path or chat|code|long-context (as bench sim).")
-@click.option("--arrival", default="poisson", show_default=True, help="poisson | gamma:<b> | hawkes[:n[:decay]] | trace")
-@click.option("--rps", default=4.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
-@click.option("--duration", default=30.0, show_default=True, type=click.FloatRange(min=1.0), help="Seconds of arrivals.")
-@click.option("--drain", default=60.0, show_default=True, type=click.FloatRange(min=0))
-@click.option("--policies", default="vllm,vllm-priority,lvf-paper,lvf", show_default=True)
-@click.option("--seeds", default=2, show_default=True, type=click.IntRange(1, 100))
-@click.option("--ttft-slo", default=None, type=click.FloatRange(min=0, min_open=True), help="Seconds (else --slo-scale).")
-@click.option("--tbt-slo", default=None, type=click.FloatRange(min=0, min_open=True), help="Seconds (else --slo-scale).")
-@click.option("--slo-scale", default=5.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
-              help="SLOs = this x the unloaded TTFT / mean TBT of a median request.")
-@click.option("--alpha", default=3.0, show_default=True, type=float)
-@click.option("--delta-b", default=0.0, show_default=True, type=float)
-@click.option("--delta-f", default=0.0, show_default=True, type=float)
-@click.option("--min-residency", default=None, type=click.IntRange(min=0),
-              help="lvf: steps after a swap-in before a discretionary rotation (default: the params default).")
-@click.option("--max-rotations", default=None, type=click.IntRange(min=0),
-              help="lvf: discretionary rotations per request (default: the params default).")
-@_knob_options
-@click.option("--b-xfer", default=64, show_default=True, type=click.IntRange(min=0))
-@click.option("--num-blocks", default=64, show_default=True, type=click.IntRange(min=2), help="KV blocks (pressure).")
-@click.option("--host-blocks", default=4096, show_default=True, type=click.IntRange(min=1))
-@click.option("--load", default=None, type=click.Choice(["sync", "async"]),
-              help="lvf: DuplexKVConnector loads of parked KV (default: the connector's).")
-@click.option("--calibration", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="lvf: a calibration file (superinferd calibrate) of this engine: the step-time model of "
-                   "RotaSched v2's SLO token budget (step_slo_share). Without one the plugin keeps vLLM's budget.")
-@click.option("--block-size", default=32, show_default=True, type=click.IntRange(min=1))
-@click.option("--max-model-len", default=512, show_default=True, type=click.IntRange(min=64))
-@click.option("--max-num-seqs", default=64, show_default=True, type=click.IntRange(min=1))
-@click.option("--max-num-batched-tokens", default=2048, show_default=True, type=click.IntRange(min=1))
-@click.option("--threads", default=None, type=click.IntRange(min=1),
-              help="Engine CPU threads (torch.set_num_threads before the first engine; default: torch's). "
-                   "1 keeps a shared host's other load from stalling the OpenMP barriers of every step.")
-@click.option("--save-trace", default=None, type=click.Path(dir_okay=False), help="Write the seed-0 requests as Mooncake JSONL.")
-@click.option("--json", "json_path", default=None, help="Write the JSON here ('-' for stdout).")
-def bench_vllm(**o: Any) -> None:
-    """Compare policies on a real vLLM engine: attainment, tails, throughput, with 95 % CIs."""
-    from superinfer.sim.metrics import summarise
+def engine_options(f: Any) -> Any:
+    """The options of ``bench vllm`` that describe the engine, the requests and the policies' knobs (shared
+    with ``bench fidelity``)."""
+    for deco in reversed(_ENGINE_OPTIONS):
+        f = deco(f)
+    return f
+
+
+_ENGINE_OPTIONS = [
+    click.option("--model", "model_dir", default=None, type=click.Path(file_okay=False), help="Model directory."),
+    click.option("--build-tiny", default=None, type=click.Path(file_okay=False), help="Build the tiny Llama here and use it."),
+    click.option("--workload", default="chat", show_default=True, help="Trace path or chat|code|long-context (as bench sim)."),
+    click.option("--arrival", default="poisson", show_default=True, help="poisson | gamma:<b> | hawkes[:n[:decay]] | trace"),
+    click.option("--rps", default=4.0, show_default=True, type=click.FloatRange(min=0, min_open=True)),
+    click.option("--duration", default=30.0, show_default=True, type=click.FloatRange(min=1.0), help="Seconds of arrivals."),
+    click.option("--drain", default=60.0, show_default=True, type=click.FloatRange(min=0)),
+    click.option("--policies", default="vllm,vllm-priority,lvf-paper,lvf", show_default=True),
+    click.option("--seeds", default=2, show_default=True, type=click.IntRange(1, 100)),
+    click.option("--ttft-slo", default=None, type=click.FloatRange(min=0, min_open=True), help="Seconds (else --slo-scale)."),
+    click.option("--tbt-slo", default=None, type=click.FloatRange(min=0, min_open=True), help="Seconds (else --slo-scale)."),
+    click.option("--slo-scale", default=5.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+                  help="SLOs = this x the unloaded TTFT / mean TBT of a median request."),
+    click.option("--alpha", default=3.0, show_default=True, type=float),
+    click.option("--delta-b", default=0.0, show_default=True, type=float),
+    click.option("--delta-f", default=0.0, show_default=True, type=float),
+    click.option("--min-residency", default=None, type=click.IntRange(min=0),
+                  help="lvf: steps after a swap-in before a discretionary rotation (default: the params default)."),
+    click.option("--max-rotations", default=None, type=click.IntRange(min=0),
+                  help="lvf: discretionary rotations per request (default: the params default)."),
+    _knob_options,
+    click.option("--b-xfer", default=64, show_default=True, type=click.IntRange(min=0)),
+    click.option("--num-blocks", default=64, show_default=True, type=click.IntRange(min=2), help="KV blocks (pressure)."),
+    click.option("--host-blocks", default=4096, show_default=True, type=click.IntRange(min=1)),
+    click.option("--load", default=None, type=click.Choice(["sync", "async"]),
+                  help="lvf: DuplexKVConnector loads of parked KV (default: the connector's)."),
+    click.option("--calibration", default=None, type=click.Path(exists=True, dir_okay=False),
+                  help="lvf: a calibration file (superinferd calibrate) of this engine: the step-time model of "
+                       "RotaSched v2's SLO token budget (step_slo_share). Without one the plugin keeps vLLM's budget."),
+    click.option("--block-size", default=32, show_default=True, type=click.IntRange(min=1)),
+    click.option("--max-model-len", default=512, show_default=True, type=click.IntRange(min=64)),
+    click.option("--max-num-seqs", default=64, show_default=True, type=click.IntRange(min=1)),
+    click.option("--max-num-batched-tokens", default=2048, show_default=True, type=click.IntRange(min=1)),
+    click.option("--threads", default=None, type=click.IntRange(min=1),
+                  help="Engine CPU threads (torch.set_num_threads before the first engine; default: torch's). "
+                       "1 keeps a shared host's other load from stalling the OpenMP barriers of every step."),
+]
+
+
+def prepare(o: dict[str, Any], workdir: Path) -> tuple[list[str], tuple[float, float], dict[str, float] | None]:
+    """Validate the options, build the tiny model if asked, set the threads, and fix the SLOs (given, or
+    ``--slo-scale`` x the unloaded TTFT / TBT of a median request measured on the stock engine): returns
+    (policies, (ttft_slo, tbt_slo), the unloaded measurements or None)."""
     from superinfer.vllm.compat import check_vllm_version
+    from superinfer.vllm.replay import ENGINE_POLICIES
 
     if (o["model_dir"] is None) == (o["build_tiny"] is None):
         raise click.UsageError("give exactly one of --model DIR or --build-tiny DIR")
     policies = [p.strip() for p in str(o["policies"]).split(",") if p.strip()]
-    from superinfer.vllm.replay import ENGINE_POLICIES
-
     bad = [p for p in policies if p not in ENGINE_POLICIES]
     if bad or not policies:
         raise click.BadParameter(f"unknown policy {bad}; valid: {', '.join(ENGINE_POLICIES)}", param_hint="--policies")
@@ -255,22 +270,36 @@ def bench_vllm(**o: Any) -> None:
         import torch
 
         torch.set_num_threads(int(o["threads"]))
+    _, _, prompt, output, _ = _requests(o["workload"], o["arrival"], o["rps"], o["duration"], 0, o["max_model_len"])
+    measured = None
+    if o["ttft_slo"] is None or o["tbt_slo"] is None:
+        engine_kw = dict(model=o["model"], num_blocks=max(o["num_blocks"], 256), block_size=o["block_size"],
+                         max_model_len=o["max_model_len"], max_num_seqs=o["max_num_seqs"],
+                         max_num_batched_tokens=o["max_num_batched_tokens"])
+        u_ttft, u_tbt = _unloaded(engine_kw, int(np.median(prompt)), int(max(2, np.median(output))), workdir)
+        measured = {"unloaded_ttft_s": u_ttft, "unloaded_tbt_s": u_tbt}
+    slo = (o["ttft_slo"] or o["slo_scale"] * measured["unloaded_ttft_s"],  # type: ignore[index]
+           o["tbt_slo"] or o["slo_scale"] * measured["unloaded_tbt_s"])  # type: ignore[index]
+    return policies, slo, measured
+
+
+@click.command("vllm")
+@engine_options
+@click.option("--save-trace", default=None, type=click.Path(dir_okay=False), help="Write the seed-0 requests as Mooncake JSONL.")
+@click.option("--json", "json_path", default=None, help="Write the JSON here ('-' for stdout).")
+def bench_vllm(**o: Any) -> None:
+    """Compare policies on a real vLLM engine: attainment, tails, throughput, with 95 % CIs."""
+    from superinfer.sim.metrics import summarise
+
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        _, arr, prompt, output, _ = _requests(o["workload"], o["arrival"], o["rps"], o["duration"], 0, o["max_model_len"])
+        policies, slo, measured = prepare(o, workdir)
         if o["save_trace"]:
             from superinfer.vllm.replay import write_mooncake
 
+            _, arr, prompt, output, _ = _requests(o["workload"], o["arrival"], o["rps"], o["duration"], 0,
+                                                  o["max_model_len"])
             write_mooncake(Path(o["save_trace"]), arr, prompt, output)
-        measured = None
-        if o["ttft_slo"] is None or o["tbt_slo"] is None:
-            engine_kw = dict(model=o["model"], num_blocks=max(o["num_blocks"], 256), block_size=o["block_size"],
-                             max_model_len=o["max_model_len"], max_num_seqs=o["max_num_seqs"],
-                             max_num_batched_tokens=o["max_num_batched_tokens"])
-            u_ttft, u_tbt = _unloaded(engine_kw, int(np.median(prompt)), int(max(2, np.median(output))), workdir)
-            measured = {"unloaded_ttft_s": u_ttft, "unloaded_tbt_s": u_tbt}
-        slo = (o["ttft_slo"] or o["slo_scale"] * measured["unloaded_ttft_s"],  # type: ignore[index]
-               o["tbt_slo"] or o["slo_scale"] * measured["unloaded_tbt_s"])  # type: ignore[index]
         # Policies run one after another; the order rotates with the seed so that no policy always runs
         # first (or last) on a host whose load drifts.
         runs = [run_policy(policies[(k + s) % len(policies)], s, o, slo, workdir)
@@ -291,22 +320,4 @@ def bench_vllm(**o: Any) -> None:
     elif o["json_path"]:
         Path(str(o["json_path"])).write_text(text + "\n")
     if o["json_path"] != "-":
-        click.echo(f"SLOs: TTFT {slo[0]:.3f} s, TBT {slo[1]:.4f} s")
-        click.echo(f"{'policy':<14} {'SLO att %':>20} {'TTFT att %':>20} {'TBT att %':>20} {'gap att %':>9} {'TTFT p90 s':>10} {'preempt':>8} {'rot':>6} {'swap-in':>7} {'recomp tok':>10} {'other cpu':>9}")
-        for r in result["summary"]:
-            def ci(k: str) -> str:
-                m, (lo, hi) = r[k]["mean"], r[k]["ci95"]
-                return f"{100 * m:5.1f} [{100 * lo:5.1f},{100 * hi:5.1f}]"
-            mine = [x for x in runs if x["policy"] == r["policy"]]
-            p90 = np.mean([x["ttft_p90_s"] for x in mine])
-
-            def mean(k: str, mine: list[dict[str, Any]] = mine) -> float:
-                if k == "other":
-                    vals = [x["host"]["other_cpu_share"] for x in mine if x["host"]["other_cpu_share"] is not None]
-                    return float(np.mean(vals)) if vals else float("nan")
-                return float(np.mean([x[k] for x in mine]))
-            gap = 100 * r["tbt_gap_attainment"]["mean"] if "tbt_gap_attainment" in r else float("nan")
-            click.echo(f"{r['policy']:<14} {ci('slo_attainment'):>20} {ci('ttft_attainment'):>20} "
-                       f"{ci('tbt_attainment'):>20} {gap:>9.1f} {p90:>10.3f} "
-                       f"{r['preemptions']['mean']:>8.0f} {r['rotations']['mean']:>6.0f} "
-                       f"{mean('swap_ins'):>7.0f} {mean('recomputed_tokens'):>10.0f} {mean('other'):>9.2f}")
+        echo_summary(result, runs, slo)
