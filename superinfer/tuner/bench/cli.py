@@ -1,0 +1,83 @@
+"""``superinferd bench tuner``: the online tuner against ``paper``, ``static_best`` and a per-phase
+``oracle`` on shifting traffic, on the twin in virtual time (superinfer.tuner.bench.main)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import replace
+
+import click
+
+from superinfer.tuner.offline.scenario import SCENARIOS
+
+
+def _pp(x: float) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:5.1f}"
+
+
+@click.command("tuner")
+@click.option("--scenario", default="shifting", show_default=True, type=click.Choice(sorted(SCENARIOS)),
+              help="Built-in scenario to judge on.")
+@click.option("--workload", default=None, help="A trace file instead of a scenario (not supported yet).")
+@click.option("--arrival", default=None, help="With --workload: trace.")
+@click.option("--rps", default=None, help="With --workload: trace.")
+@click.option("--model", default=None, help="Model profile (default: the scenario's, qwen2.5-32b).")
+@click.option("--hardware", default=None, help="Hardware profile (default: the scenario's, gh200).")
+@click.option("--seeds", default=5, show_default=True, type=click.IntRange(1, 100))
+@click.option("--static-trials", default=16, show_default=True, type=click.IntRange(2, 10000),
+              help="Trials of each offline study (static_best/oracle, and the tuner's warm start).")
+@click.option("--eval-s", default=120.0, show_default=True, type=click.FloatRange(10.0, 86400.0),
+              help="Seconds of each phase a study trial simulates.")
+@click.option("--control/--no-control", default=True, show_default=True, help="Also run the stationary control.")
+@click.option("--jobs", default=2, show_default=True, type=click.IntRange(1, 64), help="Worker processes.")
+@click.option("--json", "json_path", default=None, help="Write the result here ('-' for stdout).")
+@click.option("--plot-dir", default=None, type=click.Path(file_okay=False), help="Write the figures here.")
+def bench_tuner(scenario, workload, arrival, rps, model, hardware, seeds, static_trials, eval_s, control, jobs,
+                json_path, plot_dir) -> None:
+    """Does the online tuner beat the best static setting on shifting traffic? (twin, virtual time)"""
+    if workload or arrival or rps:
+        click.echo("error: --workload/--arrival/--rps: a trace has no known phase boundaries for the oracle; "
+                   "only the built-in scenarios are supported so far", err=True)
+        sys.exit(2)
+    from superinfer.tuner.bench.main import BenchSpec, run_bench
+    from superinfer.tuner.offline.evaluate import TwinEnv
+
+    env = TwinEnv()
+    env = replace(env, model=model or SCENARIOS[scenario].model, hardware=hardware or SCENARIOS[scenario].hardware)
+    spec = BenchSpec(scenario=scenario, control="stationary" if control else None, seeds=seeds,
+                     static_trials=static_trials, eval_s=eval_s, jobs=jobs, env=env)
+    quiet = json_path == "-"
+    res = run_bench(spec, progress=None if quiet else (lambda m: click.echo(m, err=True)))
+    res["command"] = "superinferd bench tuner " + " ".join(sys.argv[3:])
+    if plot_dir:
+        from superinfer.tuner.bench.plots import all_figures
+
+        res["plots"] = all_figures(res, plot_dir)
+    text = json.dumps(res, indent=1, default=float)
+    if json_path == "-":
+        click.echo(text)
+        return
+    if json_path:
+        with open(json_path, "w") as fh:
+            fh.write(text + "\n")
+    _table(res)
+
+
+def _table(res: dict) -> None:
+    click.echo(f"{'strategy':<12} {'SLO att %':>22} {'TTFT %':>7} {'TBT %':>7}")
+    for s, v in res["strategies"].items():
+        lo, hi = v["slo_attainment_ci"]
+        click.echo(f"{s:<12} {_pp(v['slo_attainment'])} [{_pp(lo)}, {_pp(hi)}]      {_pp(v['ttft_attainment'])} "
+                   f"{_pp(v['tbt_attainment'])}")
+    d = res.get("tuner_minus_static_best")
+    if d:
+        click.echo(f"tuner - static_best: {100 * d['mean']:+.2f} pp, 95 % t interval "
+                   f"[{100 * d['ci_t95'][0]:+.2f}, {100 * d['ci_t95'][1]:+.2f}]")
+    if "gap_closed" in res:
+        click.echo(f"gap closed: {res['gap_closed']:.2f} (oracle - static_best {res['oracle_minus_static_best_pp']:.2f} pp);"
+                   f" median recovery {res['recovery_median_s']:.0f} s, {res['recovery_median_trials']:.1f} trials")
+    for name, t in res.get("targets", {}).items():
+        click.echo(f"  target {name}: {'met' if t['met'] else 'MISSED'} {json.dumps({k: v for k, v in t.items() if k != 'met'}, default=float)}")
+    click.echo(f"wall: {res['wall_s']}")

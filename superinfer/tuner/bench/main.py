@@ -1,0 +1,103 @@
+"""``bench tuner`` end to end: two offline studies, every strategy on every seed, the summary.
+
+1. Two studies (``superinfer.tuner.offline.study``), in parallel: one of the judged scenario (its
+   ``robust`` arm is ``static_best``, its phase arms are the ``oracle``'s), one of a *different* trace
+   (``shifting-alt``: the tuner's warm start). Each evaluates every phase alone for ``eval_s`` seconds
+   on a seed no judged run uses (1000 and 2000), with ``static_trials`` trials.
+2. Every strategy on seeds ``0 .. seeds - 1`` of the scenario, and ``tuner`` and ``static_best`` on the
+   stationary control (there ``static_best`` is the study's arm for that phase: the best static setting
+   for stationary chat traffic), in a process pool.
+3. :func:`~superinfer.tuner.bench.summary.summarise` and the targets.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from superinfer.tuner.arms import arms_from_dict
+from superinfer.tuner.bench.runs import STRATEGIES, RunTask, run_task, start_setting
+from superinfer.tuner.bench.summary import summarise, targets
+from superinfer.tuner.config import TunerConfig
+from superinfer.tuner.offline.evaluate import TwinEnv
+from superinfer.tuner.offline.scenario import get_scenario
+from superinfer.tuner.offline.study import StudySpec, run_study
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    scenario: str = "shifting"
+    study_scenario: str = "shifting-alt"
+    control: str | None = "stationary"
+    seeds: int = 5
+    static_trials: int = 16
+    eval_s: float = 120.0
+    jobs: int = 2
+    env: TwinEnv = field(default_factory=TwinEnv)
+    tuner: TunerConfig = field(default_factory=lambda: TunerConfig(mode="auto"))
+    bin_s: float = 60.0
+
+
+def _study(args: tuple[StudySpec]) -> tuple[dict, dict]:
+    spec, = args
+    arms, report = run_study(spec)
+    return arms.as_dict(), report
+
+
+def run_bench(spec: BenchSpec, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    say = progress or (lambda _m: None)
+    t0 = time.perf_counter()
+    env = replace(spec.env, model=get_scenario(spec.scenario).model, hardware=get_scenario(spec.scenario).hardware)
+    knobs = spec.tuner.knobs
+    start = start_setting(knobs)
+    studies = [StudySpec(env, get_scenario(spec.scenario), knobs, start, spec.static_trials, (1000,), spec.eval_s,
+                         study_name="bench-static"),
+               StudySpec(env, get_scenario(spec.study_scenario), knobs, start, spec.static_trials, (2000,), spec.eval_s,
+                         study_name="bench-warm-start")]
+    say(f"studies: {spec.static_trials} trials each on {spec.scenario} (static_best, oracle) and "
+        f"{spec.study_scenario} (the tuner's warm start), phases of {spec.eval_s:g} s")
+    with ProcessPoolExecutor(max_workers=max(1, min(spec.jobs, 2))) as pool:
+        (main_arms, main_rep), (warm_arms, warm_rep) = list(pool.map(_study, [(s,) for s in studies]))
+    t_studies = time.perf_counter() - t0
+    say(f"studies done in {t_studies:.0f} s; static_best {main_arms['robust']['params']}")
+    main = arms_from_dict(main_arms)
+    static = dict(main.robust.params)
+    oracle = {n: dict(a.params) for n, a in main.phases.items()}
+    tasks = [RunTask(s, spec.scenario, seed, env, static, oracle, warm_arms, spec.tuner, spec.bin_s)
+             for seed in range(spec.seeds) for s in STRATEGIES]
+    if spec.control:
+        ctl_phase = get_scenario(spec.control).phases[0].name
+        ctl_static = oracle.get(ctl_phase, static)
+        tasks += [RunTask(s, spec.control, seed, env, ctl_static, oracle, warm_arms, spec.tuner, spec.bin_s)
+                  for seed in range(spec.seeds) for s in ("static_best", "tuner")]
+    tasks.sort(key=lambda t: t.strategy != "paper")  # the slowest first, for a better packing
+    say(f"{len(tasks)} runs on {spec.jobs} worker(s)")
+    runs = []
+    with ProcessPoolExecutor(max_workers=max(1, spec.jobs)) as pool:
+        for r in pool.map(run_task, tasks):
+            runs.append(r)
+            say(f"  {r['scenario']:<10} {r['strategy']:<11} seed {r['seed']}: SLO attainment "
+                f"{100 * r['slo_attainment']:.1f} % ({r['wall_s']:.0f} s)")
+    res = summarise(runs, spec.scenario, spec.control, spec.bin_s)
+    res["targets"] = targets(res)
+    res["settings"] = {"scenario": spec.scenario, "study_scenario": spec.study_scenario, "control": spec.control,
+                       "seeds": spec.seeds, "static_trials": spec.static_trials, "eval_s": spec.eval_s,
+                       "jobs": spec.jobs, "model": env.model, "hardware": env.hardware, "bin_s": spec.bin_s,
+                       "tuner": {k: getattr(spec.tuner, k) for k in spec.tuner.__dataclass_fields__},
+                       "start": start, "static_best": static, "oracle": oracle,
+                       "warm_start_arms": warm_arms, "study_arms": main_arms,
+                       "scenario_description": get_scenario(spec.scenario).description}
+    res["studies"] = {"static": _brief(main_rep), "warm_start": _brief(warm_rep)}
+    res["runs"] = runs
+    res["wall_s"] = {"studies": round(t_studies, 1), "total": round(time.perf_counter() - t0, 1),
+                     "cpu_count": os.cpu_count()}
+    return res
+
+
+def _brief(report: dict) -> dict:
+    return {"reference": {k: round(v["score"], 6) for k, v in report["reference"].items()},
+            "trials": [{"number": t["number"], "value": t["value"], "params": t["params"],
+                        "constraint": t["constraint"]} for t in report["trials"]]}

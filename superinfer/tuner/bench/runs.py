@@ -1,0 +1,118 @@
+"""One strategy on one seed of a scenario, on the twin in virtual time: what ``bench tuner`` measures.
+
+Strategies: ``paper`` (the paper's α 3, δ_B 0, δ_F 0.5 with the core's other defaults: the profile's
+defaults), ``static_best`` (the study's robust setting over the whole scenario), ``oracle`` (the study's
+best setting per phase, switched at the true phase boundaries) and ``tuner`` (the online controller,
+cold from the defaults, with the arms of a study of a *different* trace). Every run replays the same
+workload for a seed (:func:`~superinfer.tuner.offline.scenario.build`) through
+:func:`~superinfer.tuner.offline.replay.replay` and is judged by ``superinfer.sim.metrics.run_metrics``;
+the record adds the tuner's objective (weighted), per-phase attainment, a timeline in ``bin_s`` bins of
+arrival time, the knob trajectory and the controller's decisions.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from superinfer.core import PARAM_DEFAULTS
+from superinfer.sim.metrics import run_metrics
+from superinfer.sim.models import get_model
+from superinfer.tuner.arms import Arms, arms_from_dict
+from superinfer.tuner.config import TunerConfig
+from superinfer.tuner.controller import Controller
+from superinfer.tuner.offline.evaluate import TwinEnv, judge, objective
+from superinfer.tuner.offline.replay import replay
+from superinfer.tuner.offline.scenario import build, get_scenario
+
+STRATEGIES = ("paper", "static_best", "oracle", "tuner")
+PAPER = {"alpha": 3.0, "delta_b": 0.0, "delta_f": 0.5}
+
+
+@dataclass(frozen=True)
+class RunTask:
+    strategy: str
+    scenario: str
+    seed: int
+    env: TwinEnv
+    static: dict[str, float] = field(default_factory=dict)  # static_best's setting
+    oracle: dict[str, dict[str, float]] = field(default_factory=dict)  # phase name -> setting
+    arms: dict = field(default_factory=dict)  # the tuner's arms file (as data)
+    tuner: TunerConfig = field(default_factory=lambda: TunerConfig(mode="auto"))
+    bin_s: float = 60.0
+
+
+def start_setting(knobs: tuple[str, ...]) -> dict[str, float]:
+    return {k: float(PARAM_DEFAULTS[k]) for k in knobs} | {k: v for k, v in PAPER.items() if k in knobs}
+
+
+def run_task(task: RunTask) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    scn = get_scenario(task.scenario)
+    env = task.env
+    w, bounds = build(scn, task.seed, get_model(env.model).max_model_len)
+    table = scn.table()
+    knobs = task.tuner.knobs
+    start = start_setting(knobs)
+    cfg = env.sim_config(table, start, task.seed)
+    schedule: list[tuple[float, dict[str, float]]] = []
+    factory = None
+    decisions: list[dict] = []
+    if task.strategy == "static_best":
+        schedule = [(0.0, dict(task.static))]
+    elif task.strategy == "oracle":
+        schedule = [(s, dict(task.oracle[name])) for name, s, _ in bounds]
+    elif task.strategy == "tuner":
+        arms: Arms = arms_from_dict(task.arms, "warm-start arms")
+        tenants = {t.name: (t.ttft_slo, t.weight) for t in table.tenants}
+
+        def factory(writer):
+            return Controller(task.tuner, tenants, start, writer=writer, arms=arms, now=0.0,
+                              on_decision=lambda d: decisions.append(d.as_dict()))
+    elif task.strategy != "paper":
+        raise ValueError(f"unknown strategy {task.strategy!r}; valid: {', '.join(STRATEGIES)}")
+    res = replay(w, env.cost_model(), cfg, schedule=schedule, controller_factory=factory)
+    m = run_metrics(res.trace, table, w.duration_s)
+    ok, ten = judge(res.trace, table)
+    value, per_tenant = objective(ok, ten, table)
+    out: dict[str, Any] = {"strategy": task.strategy, "scenario": task.scenario, "seed": task.seed,
+                           "weighted_slo_attainment": value, **{k: m[k] for k in (
+                               "slo_attainment", "ttft_attainment", "tbt_attainment", "arrived", "finished",
+                               "ttft_p99_s", "throughput_tok_s", "rotations", "iterations", "sim_s")}}
+    out["per_tenant"] = per_tenant
+    out["phases"] = _phases(res.trace.t_arr, ok, ten, table, bounds)
+    out["bounds"] = [[n, s, e] for n, s, e in bounds]
+    out["timeline"] = _timeline(res.trace.t_arr, ok, w.duration_s, task.bin_s)
+    out["trajectory"] = [[round(t, 3), v] for t, v in res.trajectory]
+    out["decisions"] = decisions
+    if res.controller is not None:
+        c = res.controller
+        out["rollbacks"] = sum(c.counts["rollbacks"].values())
+        out["trials"] = dict(c.counts["trials"])
+        out["exploration_fraction"] = c.explore_s / c.observed_s if c.observed_s > 0 else 0.0
+    out["wall_s"] = time.perf_counter() - t0
+    return out
+
+
+def _phases(t_arr: np.ndarray, ok: np.ndarray, ten: np.ndarray, table, bounds) -> list[dict]:
+    out = []
+    for name, s, e in bounds:
+        mask = (t_arr >= s) & (t_arr < e)
+        value, per = objective(ok[mask], ten[mask], table)
+        out.append({"phase": name, "start": s, "end": e, "requests": int(mask.sum()),
+                    "slo_attainment": float(ok[mask].mean()) if mask.any() else None,
+                    "weighted": value, "per_tenant": per})
+    return out
+
+
+def _timeline(t_arr: np.ndarray, ok: np.ndarray, duration_s: float, bin_s: float) -> dict[str, list]:
+    edges = np.arange(0.0, duration_s + bin_s, bin_s)
+    idx = np.clip(np.digitize(t_arr, edges) - 1, 0, len(edges) - 2)
+    n = np.bincount(idx, minlength=len(edges) - 1)
+    hits = np.bincount(idx, weights=ok.astype(np.float64), minlength=len(edges) - 1)
+    att = np.where(n > 0, hits / np.maximum(n, 1), np.nan)
+    return {"t": edges[:-1].round(3).tolist(), "arrivals": n.tolist(),
+            "attainment": [None if np.isnan(a) else round(float(a), 4) for a in att]}

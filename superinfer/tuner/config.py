@@ -1,0 +1,93 @@
+"""The tuner's settings (the ``[tuner]`` profile section maps onto these), validated on construction."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+
+from superinfer.tuner.space import DEFAULT_KNOBS
+
+MODES: tuple[str, ...] = ("off", "shadow", "advise", "auto")
+
+
+class TunerConfigError(ValueError):
+    """An invalid tuner setting; the message names it."""
+
+
+@dataclass(frozen=True)
+class TunerConfig:
+    """Settings of one :class:`~superinfer.tuner.controller.Controller` (times in the controller's clock,
+    seconds).
+
+    * ``window_s``: length of a measurement window (arrival times); ``warmup_s``: how long after a change
+      arrivals are not counted; ``min_requests``: decided requests a window needs (fewer: the window is
+      extended once, then the trial is inconclusive; a load that cannot reach it in a window freezes the
+      tuner, ``low_load``); ``settle_s``: how long after the largest TTFT SLO past a window's end the
+      evaluation waits for running requests (``max_settle_s`` at most).
+    * ``alpha``: the accept test's level; ``guard_alpha``, ``guard_margin`` (attainment, 0.05 = 5 pp),
+      ``guard_min_requests`` (per tenant): the rollback guard; ``noninferiority_margin``: an offline
+      phase arm is accepted unless it is significantly worse than the incumbent by more than this.
+    * ``cooldown_s``: after a decision, no new trial before this; ``max_rollbacks_per_hour``: freeze
+      (``rollbacks``) while this many rollbacks happened in the last hour.
+    * ``knobs``, ``step_caps``: the tuned knobs and the most one decision moves each; ``trust_region``:
+      the initial radius of local steps as a share of the caps.
+    * ``slot_s``: feature slot length; ``ph_delta``, ``ph_lambda``: Page-Hinkley (feature units);
+      ``phase_max_distance``: farther than this from every phase of the arms file is "unknown";
+      ``classify_slots``: slots after a change before the phase is named (and jumped to).
+    * ``gamma``, ``explore_threshold``: the bandit (``superinfer.tuner.bandit``); ``seed``.
+    """
+
+    mode: str = "off"
+    window_s: float = 120.0
+    warmup_s: float = 20.0
+    min_requests: int = 200
+    settle_s: float = 10.0
+    max_settle_s: float = 120.0
+    alpha: float = 0.05
+    guard_alpha: float = 0.01
+    guard_margin: float = 0.05
+    guard_min_requests: int = 30
+    noninferiority_margin: float = 0.02
+    cooldown_s: float = 60.0
+    max_rollbacks_per_hour: int = 3
+    knobs: tuple[str, ...] = DEFAULT_KNOBS
+    step_caps: dict[str, float] = field(default_factory=dict)
+    trust_region: float = 0.5
+    slot_s: float = 30.0
+    ph_delta: float = 0.5
+    ph_lambda: float = 3.0
+    phase_max_distance: float = 1.5
+    classify_slots: int = 2
+    gamma: float = 0.9
+    explore_threshold: float = 0.25
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise TunerConfigError(f"mode: expected one of {', '.join(MODES)}, got {self.mode!r}")
+        positive = ("window_s", "slot_s", "max_settle_s", "ph_lambda")
+        non_negative = ("warmup_s", "settle_s", "cooldown_s", "ph_delta", "phase_max_distance")
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in positive + non_negative:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise TunerConfigError(f"{f.name}: expected a finite number, got {v!r}")
+                if (f.name in positive and v <= 0) or v < 0:
+                    raise TunerConfigError(f"{f.name}: expected a number {'>' if f.name in positive else '>='} 0, got {v!r}")
+        for name in ("alpha", "guard_alpha"):
+            if not 0 < getattr(self, name) < 0.5:
+                raise TunerConfigError(f"{name}: expected 0 < {name} < 0.5, got {getattr(self, name)!r}")
+        for name in ("guard_margin", "noninferiority_margin"):
+            if not 0 <= getattr(self, name) < 1:
+                raise TunerConfigError(f"{name}: expected 0 <= {name} < 1, got {getattr(self, name)!r}")
+        for name in ("min_requests", "guard_min_requests", "max_rollbacks_per_hour", "classify_slots"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise TunerConfigError(f"{name}: expected an integer >= 1, got {v!r}")
+        if not 0 < self.trust_region <= 1:
+            raise TunerConfigError(f"trust_region: expected 0 < trust_region <= 1, got {self.trust_region!r}")
+        if not 0 < self.gamma <= 1 or not 0 <= self.explore_threshold < 1:
+            raise TunerConfigError(f"gamma/explore_threshold: expected 0 < gamma <= 1 and 0 <= threshold < 1, "
+                                   f"got {self.gamma!r}, {self.explore_threshold!r}")
+        if self.warmup_s >= self.window_s * 4:
+            raise TunerConfigError(f"warmup_s ({self.warmup_s}) should be well below window_s ({self.window_s})")

@@ -1,0 +1,138 @@
+"""Replay a workload on the twin in virtual time while something changes the params: a fixed schedule
+(the ``oracle`` of ``bench tuner``), the online :class:`~superinfer.tuner.Controller`, or nothing.
+
+The loop is :meth:`superinfer.sim.engine.Simulator.run`'s (arrivals join, one ``step`` per iteration,
+jump to the next arrival when idle, drain after the last arrival), driven from outside through the
+simulator's public ``add`` and ``step``: the controller sees every arrival (``arrival``), every first
+token (``first_token``, judged against the tenant's S_F) and every finish (``finished``, mean TBT
+against S_B), all on the simulator's clock, and is ticked every ``tick_s`` virtual seconds. Its writes
+set ``sim.cfg.params`` (applied from the next iteration, as in the daemon's sim backend). The result is
+the simulator's :class:`~superinfer.sim.engine.Trace` (so ``run_metrics`` judges every strategy the
+same way) plus the param trajectory and the controller's decisions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from superinfer.core import INTEGER_PARAMS, Params
+from superinfer.sim.costmodel import CostModel
+from superinfer.sim.engine import UNBOUNDED, SimConfig, Simulator, Trace
+from superinfer.sim.workload import Workload
+
+
+@dataclass
+class ReplayResult:
+    trace: Trace
+    trajectory: list[tuple[float, dict[str, float]]]  # (virtual time, tuned knob values) at each change
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    controller: Any = None
+
+
+def _params(base: Params, values: dict[str, float]) -> Params:
+    return base.replace(**{k: int(v) if k in INTEGER_PARAMS else float(v) for k, v in values.items()})
+
+
+def replay(w: Workload, cm: CostModel, cfg: SimConfig, *, schedule: Sequence[tuple[float, dict[str, float]]] = (),
+           controller_factory: Callable[[Callable[[dict], None]], Any] | None = None,
+           tick_s: float = 5.0) -> ReplayResult:
+    """Run ``w`` to completion (arrivals, then the drain of ``cfg.drain_s``). ``schedule``: (time,
+    knob values) applied when the clock passes each time. ``controller_factory(writer)`` builds the
+    controller that may call ``writer(values)``."""
+    sim = Simulator(w, cm, cfg)
+    table = cfg.tenants
+    tix = sim.tenant_index
+    tname = [t.name for t in table.tenants]
+    s_f, s_b = table.ttft_slo, table.tbt_slo
+    trajectory: list[tuple[float, dict[str, float]]] = []
+    clock = {"now": 0.0}
+
+    def write(values: dict) -> None:
+        sim.cfg.params = _params(sim.cfg.params, values)
+        trajectory.append((clock["now"], dict(values)))
+
+    ctl = controller_factory(write) if controller_factory is not None else None
+    sched = sorted(schedule, key=lambda x: x[0])
+    si = 0
+    n = len(w)
+    wall0 = time.perf_counter()
+    nxt, now, it, tokens = 0, 0.0, 0, 0
+    end_of_arrivals = float(w.arrival_s[-1]) if n else 0.0
+    window_end = max(float(w.duration_s), end_of_arrivals)
+    deadline = window_end + cfg.drain_s
+    window_tokens = -1
+    next_tick = 0.0
+    t_first, t_end, last = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+    outputs, rotations = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    gaps: list[np.ndarray] = []
+    gap_t: list[np.ndarray] = []
+    st = sim.state
+    while True:
+        clock["now"] = now
+        while si < len(sched) and sched[si][0] <= now:
+            write(sched[si][1])
+            si += 1
+        if ctl is not None and now >= next_tick:
+            ctl.tick(now)
+            next_tick = now + tick_s
+        if window_tokens < 0 and now >= window_end:
+            window_tokens = tokens
+        while nxt < n and w.arrival_s[nxt] <= now:
+            ta = float(w.arrival_s[nxt])
+            sim.add(nxt, ta, int(w.prompt_tokens[nxt]), int(w.output_tokens[nxt]), tenant=int(tix[nxt]),
+                    priority=int(sim.priority[nxt]), pred_remaining=float(sim.pred[nxt]))
+            if ctl is not None:
+                ctl.arrival(ta, tname[int(tix[nxt])], int(w.prompt_tokens[nxt]))
+            nxt += 1
+        if len(st) == 0:
+            if nxt >= n:
+                break
+            now = max(float(w.arrival_s[nxt]), now)
+            if ctl is not None and next_tick < now:  # idle: tick through the gap
+                while next_tick <= now:
+                    ctl.tick(next_tick)
+                    next_tick += tick_s
+            continue
+        if now >= deadline:
+            break
+        res = sim.step(now)
+        now = res.t_end
+        it += 1
+        s = res.sampled
+        tokens += s.ids.shape[0]
+        if s.gaps.shape[0]:
+            gaps.append(s.gaps)
+            gap_t.append(s.gap_tenant)
+        if ctl is not None:
+            for ttft, ti in zip(s.first_ttft.tolist(), s.first_tenant.tolist()):
+                ctl.first_token(now - ttft, tname[ti], ttft <= s_f[ti])
+        for f in s.finished:
+            t_first[f.req_id], t_end[f.req_id], last[f.req_id] = f.t_first, f.t_end, f.t_end
+            outputs[f.req_id], rotations[f.req_id] = f.outputs, f.rotations
+            if ctl is not None:
+                mean = (f.t_end - f.t_first) / (f.outputs - 1) if f.outputs > 1 else 0.0
+                ctl.finished(f.t_arr, tname[f.tenant], bool(f.t_first - f.t_arr <= s_f[f.tenant]),
+                             bool(mean <= s_b[f.tenant]), f.outputs)
+    if ctl is not None:
+        ctl.tick(now)
+        if hasattr(ctl, "stop"):
+            ctl.stop(now)
+    rows = st.live_rows()
+    ids = st.req_id[rows]
+    t_first[ids], outputs[ids], rotations[ids] = st.t_first[rows], st.outputs[rows], st.rotations[rows]
+    last[ids] = np.where(st.outputs[rows] > 0, st.t_last[rows], np.nan)
+    trace = Trace(t_arr=w.arrival_s.copy(), t_first=t_first, t_end=t_end, outputs=outputs, last_token=last,
+                  rotations=rotations, tenant=tix, gaps=np.concatenate(gaps) if gaps else np.zeros(0),
+                  gap_tenant=np.concatenate(gap_t) if gap_t else np.zeros(0, np.int64), rejected=st.counters.rejected,
+                  window_tokens=window_tokens if window_tokens >= 0 else tokens, iterations=it, sim_s=now,
+                  wall_s=time.perf_counter() - wall0, counters=vars(st.counters).copy(),
+                  max_swap_in_blocks_per_iter=sim.max_h2d, max_swap_out_blocks_per_iter=sim.max_d2h,
+                  max_hbm_blocks_used=sim.max_used, hbm_blocks=sim.hbm_blocks, dram_blocks=sim.dram_blocks,
+                  b_xfer_blocks=sim.b_xfer if sim.b_xfer < UNBOUNDED else -1, block_bytes=cm.block_bytes)
+    decisions = [d.as_dict() for d in ctl.decisions] if ctl is not None and hasattr(ctl, "decisions") else []
+    return ReplayResult(trace, trajectory, decisions, ctl)

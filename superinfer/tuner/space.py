@@ -1,0 +1,136 @@
+"""The tuner's search space: which knobs it moves, their bounds, and how far one decision may move them.
+
+Bounds are the core's ``PARAM_BOUNDS`` (the same table ``PUT /v1/params`` checks); integer knobs are
+the core's ``INTEGER_PARAMS``. Invariants of every method that returns a setting: each tuned knob is
+within its bounds and an integer where the core says so; :meth:`KnobSpace.toward` and
+:meth:`KnobSpace.local` never move a knob by more than its step cap from where it starts; knobs that are
+not tuned are passed through unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS, PARAM_DEFAULTS
+
+Setting = dict[str, float]
+
+#: the knobs tuned unless the profile says otherwise (``max_rotations`` is a starvation guard, not a
+#: performance knob, so it is left to the operator)
+DEFAULT_KNOBS: tuple[str, ...] = ("alpha", "delta_b", "delta_f", "min_residency", "slack_gate_s",
+                                  "rotation_margin_s", "hopeless_last", "step_slo_share")
+#: the most one decision may move each knob (its units: seconds for the deltas and gates, iterations for
+#: ``min_residency``, a share of the tightest TBT SLO for ``step_slo_share``)
+DEFAULT_STEP_CAPS: dict[str, float] = {
+    "alpha": 2.0, "delta_b": 0.05, "delta_f": 2.0, "min_residency": 4, "max_rotations": 16,
+    "slack_gate_s": 2.0, "rotation_margin_s": 1.0, "hopeless_last": 1, "step_slo_share": 1.2,
+}
+
+
+class SpaceError(ValueError):
+    """An invalid knob list, step cap or setting; the message names the knob."""
+
+
+def _finite(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SpaceError(f"{name}: expected a finite number, got {value!r}")
+    return float(value)
+
+
+class KnobSpace:
+    """The tuned knobs (a subset of ``PARAM_BOUNDS``) with their per-decision step caps."""
+
+    def __init__(self, knobs: Iterable[str] = DEFAULT_KNOBS, step_caps: Mapping[str, float] | None = None) -> None:
+        self.knobs: tuple[str, ...] = tuple(dict.fromkeys(knobs))
+        if not self.knobs:
+            raise SpaceError("knobs: expected at least one knob to tune")
+        unknown = [k for k in self.knobs if k not in PARAM_BOUNDS]
+        if unknown:
+            raise SpaceError(f"knobs: unknown knob(s) {unknown}; known: {', '.join(PARAM_BOUNDS)}")
+        caps = dict(DEFAULT_STEP_CAPS)
+        for k, v in (step_caps or {}).items():
+            if k not in PARAM_BOUNDS:
+                raise SpaceError(f"step_caps: unknown knob {k!r}; known: {', '.join(PARAM_BOUNDS)}")
+            if _finite(f"step_caps.{k}", v) <= 0:
+                raise SpaceError(f"step_caps.{k}: expected a number > 0, got {v!r}")
+            caps[k] = float(v)
+        self.caps = {k: caps[k] for k in self.knobs}
+        self.bounds = {k: PARAM_BOUNDS[k] for k in self.knobs}
+        for k in self.knobs:
+            if k in INTEGER_PARAMS and self.caps[k] < 1:
+                raise SpaceError(f"step_caps.{k}: an integer knob needs a cap >= 1, got {self.caps[k]!r}")
+
+    # ---- settings -----------------------------------------------------------------------------
+    def check(self, setting: Mapping[str, float]) -> Setting:
+        """A copy of ``setting`` with every tuned knob present, within bounds and integral where needed;
+        raises :class:`SpaceError` otherwise (nothing is clipped here: callers of this trust nothing)."""
+        out = {k: float(v) for k, v in setting.items()}
+        for k in self.knobs:
+            if k not in out:
+                raise SpaceError(f"setting: knob {k!r} is missing")
+            v = _finite(k, out[k])
+            lo, hi = self.bounds[k]
+            if not lo <= v <= hi:
+                raise SpaceError(f"setting: {k} = {v!r} is outside [{lo}, {hi}]")
+            if k in INTEGER_PARAMS and v != int(v):
+                raise SpaceError(f"setting: {k} must be an integer, got {v!r}")
+        return out
+
+    def clip(self, setting: Mapping[str, float]) -> Setting:
+        """``setting`` with each tuned knob clipped into its bounds and rounded if it is an integer knob."""
+        out = {k: float(v) for k, v in setting.items()}
+        for k in self.knobs:
+            v = _finite(k, out.get(k, PARAM_DEFAULTS[k]))
+            lo, hi = self.bounds[k]
+            v = min(max(v, lo), hi)
+            out[k] = float(round(v)) if k in INTEGER_PARAMS else v
+        return out
+
+    def toward(self, start: Mapping[str, float], target: Mapping[str, float]) -> Setting:
+        """Move from ``start`` toward ``target``, each tuned knob by at most its step cap (knobs that
+        ``target`` does not name stay). Integer knobs move by whole steps no larger than the cap."""
+        out = self.clip(start)
+        for k in self.knobs:
+            if k not in target:
+                continue
+            cap = self.caps[k]
+            if k in INTEGER_PARAMS:
+                cap = math.floor(cap)
+            delta = _finite(k, target[k]) - out[k]
+            out[k] = out[k] + max(-cap, min(cap, delta))
+        return self._clip_within_cap(start, out)
+
+    def local(self, start: Mapping[str, float], u: Mapping[str, float], radius: float) -> Setting:
+        """A local step: knob ``k`` moves by ``u[k] * radius * cap[k]`` (``u`` in [-1, 1], ``radius`` in
+        (0, 1]: the trust region as a share of the step caps); integer knobs round to the nearest step."""
+        if not 0 < radius <= 1:
+            raise SpaceError(f"radius: expected 0 < radius <= 1, got {radius!r}")
+        base = self.clip(start)
+        out = dict(base)
+        for k in self.knobs:
+            step = max(-1.0, min(1.0, _finite(k, u.get(k, 0.0)))) * radius * self.caps[k]
+            out[k] = base[k] + step
+        return self._clip_within_cap(start, out)
+
+    def _clip_within_cap(self, start: Mapping[str, float], out: Setting) -> Setting:
+        """Clip into bounds; rounding an integer knob never takes it past its cap from ``start``."""
+        res = self.clip(out)
+        for k in self.knobs:
+            if k in INTEGER_PARAMS:
+                s = min(max(float(start.get(k, res[k])), self.bounds[k][0]), self.bounds[k][1])
+                cap = math.floor(self.caps[k])
+                res[k] = float(min(max(res[k], math.ceil(s - cap)), math.floor(s + cap)))
+                res[k] = float(min(max(res[k], self.bounds[k][0]), self.bounds[k][1]))
+        return res
+
+    def distance(self, a: Mapping[str, float], b: Mapping[str, float]) -> float:
+        """The largest move of any tuned knob from ``a`` to ``b``, in units of its step cap."""
+        return max((abs(float(a[k]) - float(b[k])) / self.caps[k] for k in self.knobs), default=0.0)
+
+    def same(self, a: Mapping[str, float], b: Mapping[str, float], tol: float = 1e-9) -> bool:
+        return self.distance(a, b) <= tol
+
+    def values(self, setting: Mapping[str, float]) -> dict[str, float | int]:
+        """The tuned knobs of ``setting`` as the params API takes them (ints for integer knobs)."""
+        return {k: int(setting[k]) if k in INTEGER_PARAMS else float(setting[k]) for k in self.knobs}

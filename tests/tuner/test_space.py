@@ -1,0 +1,88 @@
+"""The search space's guarantees, as properties: never outside the core's bounds, never a step larger
+than the cap, integers stay integers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS
+from superinfer.tuner.space import DEFAULT_KNOBS, KnobSpace, SpaceError
+
+SPACE = KnobSpace(DEFAULT_KNOBS)
+
+
+def settings_in_bounds() -> st.SearchStrategy[dict]:
+    parts = {}
+    for k in DEFAULT_KNOBS:
+        lo, hi = PARAM_BOUNDS[k]
+        parts[k] = (st.integers(int(lo), int(hi)).map(float) if k in INTEGER_PARAMS
+                    else st.floats(lo, hi, allow_nan=False))
+    return st.fixed_dictionaries(parts)
+
+
+ANY = st.floats(-1e7, 1e7, allow_nan=False)
+
+
+def assert_valid(s: dict, start: dict) -> None:
+    for k in DEFAULT_KNOBS:
+        lo, hi = PARAM_BOUNDS[k]
+        assert lo <= s[k] <= hi, (k, s[k])
+        if k in INTEGER_PARAMS:
+            assert s[k] == int(s[k]), (k, s[k])
+        assert abs(s[k] - start[k]) <= SPACE.caps[k] + 1e-9, (k, start[k], s[k])
+
+
+@settings(max_examples=150, deadline=None)
+@given(start=settings_in_bounds(), target=st.fixed_dictionaries({k: ANY for k in DEFAULT_KNOBS}))
+def test_toward_stays_in_bounds_and_caps(start: dict, target: dict) -> None:
+    assert_valid(SPACE.toward(start, target), start)
+
+
+@settings(max_examples=150, deadline=None)
+@given(start=settings_in_bounds(), u=st.fixed_dictionaries({k: ANY for k in DEFAULT_KNOBS}),
+       radius=st.floats(0.01, 1.0))
+def test_local_stays_in_bounds_and_caps(start: dict, u: dict, radius: float) -> None:
+    assert_valid(SPACE.local(start, u, radius), start)
+
+
+@settings(max_examples=100, deadline=None)
+@given(s=st.fixed_dictionaries({k: ANY for k in DEFAULT_KNOBS}))
+def test_clip_is_within_bounds_and_idempotent(s: dict) -> None:
+    c = SPACE.clip(s)
+    assert SPACE.check(c) == c and SPACE.clip(c) == c
+
+
+def test_toward_reaches_a_near_target_and_caps_a_far_one() -> None:
+    start = {k: 0.0 for k in DEFAULT_KNOBS} | {"step_slo_share": 0.8, "hopeless_last": 1.0}
+    near = SPACE.toward(start, {"step_slo_share": 1.5})
+    assert near["step_slo_share"] == pytest.approx(1.5)
+    far = SPACE.toward(start, {"step_slo_share": 9.0, "hopeless_last": 0})
+    assert far["step_slo_share"] == pytest.approx(0.8 + SPACE.caps["step_slo_share"]) and far["hopeless_last"] == 0
+    assert far["alpha"] == start["alpha"]  # knobs the target does not name stay
+
+
+def test_check_refuses_what_it_would_otherwise_clip() -> None:
+    good = SPACE.clip({})
+    with pytest.raises(SpaceError, match="alpha = 1000.0 is outside"):
+        SPACE.check({**good, "alpha": 1000.0})
+    with pytest.raises(SpaceError, match="min_residency must be an integer"):
+        SPACE.check({**good, "min_residency": 2.5})
+    with pytest.raises(SpaceError, match="knob 'delta_f' is missing"):
+        SPACE.check({k: v for k, v in good.items() if k != "delta_f"})
+    with pytest.raises(SpaceError, match="finite"):
+        SPACE.check({**good, "alpha": math.inf})
+
+
+def test_bad_spaces_are_refused_with_the_knob_named() -> None:
+    with pytest.raises(SpaceError, match="unknown knob"):
+        KnobSpace(["alpha", "speed"])
+    with pytest.raises(SpaceError, match="step_caps.alpha"):
+        KnobSpace(["alpha"], {"alpha": 0})
+    with pytest.raises(SpaceError, match="integer knob needs a cap >= 1"):
+        KnobSpace(["min_residency"], {"min_residency": 0.5})
+    with pytest.raises(SpaceError, match="at least one knob"):
+        KnobSpace([])
