@@ -5,9 +5,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from superinfer.core import Params, Phase, Tenant, TenantTable, nothing_to_plan
+from superinfer.core import Phase, Tenant, TenantTable, nothing_to_plan
 from superinfer.core.policies import POLICIES
 from tests.core.builders import BS, cap, running, snap, waiting
+from tests.core.test_properties import knobs
 
 TENANTS = TenantTable([Tenant("a", 5.0, 0.1, 1.0), Tenant("b", 2.0, 0.05, 3.0)])
 NOW = 1000.0
@@ -64,11 +65,7 @@ def near_quiet_states(draw):
     held = sum(r.blocks_hbm for r in reqs)
     c = cap(free, hbm=held + free + 1, b_xfer=draw(st.integers(0, 12)), tokens=draw(st.integers(64, 600)),
             seqs=draw(st.integers(13, 64)), dram=draw(st.integers(0, 60)))
-    params = Params(alpha=draw(st.floats(0, 10)), delta_b=draw(st.floats(-1, 1)), delta_f=draw(st.floats(-2, 2)),
-                    min_residency=draw(st.integers(0, 5)), max_rotations=draw(st.integers(0, 6)),
-                    slack_gate_s=draw(st.floats(-5, 5)), rotation_margin_s=draw(st.floats(0, 2)),
-                    hopeless_last=draw(st.integers(0, 1)))
-    return snap(*reqs), c, params
+    return snap(*reqs), c, draw(knobs())
 
 
 @settings(max_examples=300, deadline=None)

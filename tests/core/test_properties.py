@@ -50,11 +50,16 @@ def states(draw):
     hbm = max(held + free, 14 if not reqs else max(blocks_for(r.num_tokens, BS) for r in reqs), 1)
     c = cap(free, hbm=max(hbm, held + free), b_xfer=draw(st.integers(0, 12)), tokens=draw(st.integers(1, 300)),
             seqs=draw(st.integers(1, 16)), dram=draw(st.integers(0, 60)))
-    params = Params(alpha=draw(st.floats(0, 10)), delta_b=draw(st.floats(-1, 1)), delta_f=draw(st.floats(-2, 2)),
-                    min_residency=draw(st.integers(0, 5)), max_rotations=draw(st.integers(0, 6)),
-                    slack_gate_s=draw(st.floats(-5, 5)), rotation_margin_s=draw(st.floats(0, 2)),
-                    hopeless_last=draw(st.integers(0, 1)))
-    return snap(*reqs), c, params
+    return snap(*reqs), c, draw(knobs())
+
+
+@st.composite
+def knobs(draw) -> Params:
+    """Scheduler params over (most of) their bounds."""
+    return Params(alpha=draw(st.floats(0, 10)), delta_b=draw(st.floats(-1, 1)), delta_f=draw(st.floats(-2, 2)),
+                  min_residency=draw(st.integers(0, 5)), max_rotations=draw(st.integers(0, 6)),
+                  slack_gate_s=draw(st.floats(-5, 5)), rotation_margin_s=draw(st.floats(0, 2)),
+                  hopeless_last=draw(st.integers(0, 1)))
 
 
 def check_plan(name, s, c, p):
