@@ -38,8 +38,9 @@ ABLATION = {  # variant: changes to the defaults (one mechanism off each)
     "no slack gate": {"slack_gate_s": -3600.0},
     "no rotation margin": {"rotation_margin_s": 0.0},
     "no hopeless-last": {"hopeless_last": 0},
+    "no backfill": {"backfill": 0},
     "all off (= lvf-paper's decisions)": {"step_slo_share": 0.0, "slack_gate_s": -3600.0, "rotation_margin_s": 0.0,
-                                          "hopeless_last": 0},
+                                          "hopeless_last": 0, "backfill": 0},
 }
 ABLATION_POINTS = [("azure_qwen", 7), ("sharegpt_qwen", 30), ("sharegpt_llama", 80), ("lmsys_mixtral", 60)]
 # With the paper's engine, the points where lvf-paper thrashes (bench/results/v2_targets_paper_engine.json).

@@ -111,6 +111,7 @@ PARAM_BOUNDS: dict[str, tuple[float, float]] = {
     "rotation_margin_s": (0.0, 60.0),  # 0: off (any VLT difference displaces)
     "hopeless_last": (0, 1),  # 0: off (late waiting requests rank and displace as any other)
     "step_slo_share": (0.0, 10.0),  # 0: off (the full token budget every iteration)
+    "backfill": (0, 1),  # 0: off (admission stops at the first candidate that cannot be made to fit)
 }
 
 
@@ -134,6 +135,10 @@ class Params:
     # Iterations with running decodes are sized to this share of the tightest TBT SLO (prefill chunks cut
     # to fit, decodes never); needs the engine's step-time model (the twin's cost model).
     step_slo_share: float = 0.8
+    # When the candidate LVF serves next cannot be made to fit (no victim allowed), later candidates that
+    # fit in the free blocks are admitted while that candidate is still ahead of its SLO (EASY-style
+    # backfilling: they never preempt, and the one skipped keeps its rank for the next iteration).
+    backfill: int = 1
     sarathi_token_budget: int = 512  # the stall-free budget of the `sarathi` baseline
 
     def __post_init__(self) -> None:

@@ -65,6 +65,8 @@ KNOB_HELP: dict[str, str] = {
     "hopeless_last": "lvf: 1: waiting requests already past their TTFT SLO rank last and never displace; 0: off",
     "step_slo_share": "lvf: iterations with running decodes are sized to this share of the tightest TBT SLO "
                       "(prefill chunks cut, decodes never; needs a step-time model); 0: off",
+    "backfill": "lvf: 1: when the next candidate cannot be made to fit, admit later ones that fit in the free "
+                "blocks while it is still ahead of its SLO (never preempting for them); 0: off",
 }
 
 

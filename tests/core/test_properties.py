@@ -59,7 +59,7 @@ def knobs(draw) -> Params:
     return Params(alpha=draw(st.floats(0, 10)), delta_b=draw(st.floats(-1, 1)), delta_f=draw(st.floats(-2, 2)),
                   min_residency=draw(st.integers(0, 5)), max_rotations=draw(st.integers(0, 6)),
                   slack_gate_s=draw(st.floats(-5, 5)), rotation_margin_s=draw(st.floats(0, 2)),
-                  hopeless_last=draw(st.integers(0, 1)))
+                  hopeless_last=draw(st.integers(0, 1)), backfill=draw(st.integers(0, 1)))
 
 
 def check_plan(name, s, c, p):
