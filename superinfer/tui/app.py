@@ -25,7 +25,7 @@ from superinfer.tui import panels
 from superinfer.tui.client import ApiError, Unreachable
 from superinfer.tui.css import TOP_CSS
 from superinfer.tui.dialogs import ConfirmScreen, EditScreen, HelpScreen, LogScreen
-from superinfer.tui.fmt import clock
+from superinfer.tui.fmt import clock, fit
 from superinfer.tui.source import LiveSource, Poll, ReplaySource, backoff_s
 from superinfer.tui.status import Session, banner, header
 from superinfer.tui.tenants import TenantTable
@@ -61,7 +61,7 @@ class TopApp(App[None]):
     ]
 
     def __init__(self, source: LiveSource | ReplaySource, interval_s: float = 1.0, url: str = "",
-                 read_only_reason: str | None = None, save_dir: Path | None = None) -> None:
+                 read_only_reason: str | None = None, save_dir: Path | None = None, autopoll: bool = True) -> None:
         super().__init__()
         self.source = source
         self.tracker = Tracker()
@@ -72,6 +72,7 @@ class TopApp(App[None]):
         self._wake = asyncio.Event()
         self._bounds: dict[str, Any] | None = None
         self._now = 0.0  # replay: the recorded time of the newest frame
+        self.autopoll = autopoll  # False: the caller feeds :meth:`apply` (snapshot tests)
 
     # ---- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -100,8 +101,9 @@ class TopApp(App[None]):
         self._layout(self.size.width, self.size.height)
         self.query_one(TenantTable).focus()
         self.render_all()
-        self.run_worker(self._poll_loop(), exclusive=True, group="poll", name="poll")
-        self.set_interval(1.0, self._tick)
+        if self.autopoll:
+            self.run_worker(self._poll_loop(), exclusive=True, group="poll", name="poll")
+            self.set_interval(1.0, self._tick)
 
     def on_resize(self, event: Any) -> None:
         self._layout(event.size.width, event.size.height)
@@ -169,11 +171,11 @@ class TopApp(App[None]):
         n = min(max(len((tr.state or {}).get("tenants") or {}), 1), MAX_TENANT_ROWS)
         self.query_one("#tenants-box").styles.height = n + 4  # borders, column header, rows, why
         sel = table.selected
-        why = Text()
+        why = Text(no_wrap=True, overflow="ellipsis")
         if sel is not None and tr.state is not None:
             why.append(f"why ({sel}): ", style="bold")
             why.append(tr.tenant(sel, now)["why"])
-        self.query_one("#why", Static).update(why)
+        self.query_one("#why", Static).update(fit(why, self.size.width - 4))
         box = self.query_one("#tenants-box")
         box.border_title = (f"SLOs per tenant · window {tr.state.get('slo_window_s', '—')}s · target "
                             f"{100 * tr.target:.0f}%" if tr.state else "SLOs per tenant")
@@ -186,10 +188,10 @@ class TopApp(App[None]):
         self.query_one("#kv").border_title = panels.kv_title(tr)
         self.query_one("#params", Static).update(panels.params(tr, now, w - 4 if self.compact else third,
                                                                meta_first=self.compact))
-        self.query_one("#tuner", Static).update(panels.tuner(tr, now))
+        self.query_one("#tuner", Static).update(panels.tuner(tr, now, third))
         self.query_one("#ranking", Static).update(panels.ranking(tr))
         events = self.query_one("#events", Static)
-        events.update(panels.events(tr, max(1, events.size.height - 2 if events.size.height else 8)))
+        events.update(panels.events(tr, max(1, events.size.height - 2 if events.size.height else 8), w - 4))
 
     # ---- keys -----------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

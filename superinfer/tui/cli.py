@@ -49,7 +49,10 @@ async def _once(source: LiveSource | ReplaySource, target: Target | None, as_jso
     url = target.url if target is not None else f"replay:{source.path}"  # type: ignore[union-attr]
     if last is None or tracker.state is None:
         reason = last.error if last is not None else "no recorded state"
-        click.echo(f"superinferd top: daemon unreachable ({url or 'no URL'}): {reason}", err=True)
+        if isinstance(source, LiveSource) and source.not_running:
+            click.echo(f"superinferd top: {source.not_running}", err=True)
+        else:
+            click.echo(f"superinferd top: daemon unreachable ({url or 'no URL'}): {reason}", err=True)
         return EXIT_NOT_RUNNING
     now = last.t
     if as_json:

@@ -22,7 +22,12 @@ ENV_STATE_DIR = "SUPERINFER_STATE_DIR"
 
 
 class NotRunning(Exception):
-    """No URL could be found: no flag, no environment variable, no ``runtime.json``."""
+    """No URL could be found: no flag, no environment variable, no ``runtime.json``. ``reason`` is short
+    (for the banner); the message names the state directory."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def default_state_dir() -> Path:
@@ -55,11 +60,12 @@ class Target:
         if self.url_fixed:
             return self.url
         if self.state_dir is None:
-            raise NotRunning("no --url, no $SUPERINFER_URL and no state directory")
+            raise NotRunning("no --url, no $SUPERINFER_URL and no state directory", "no URL")
         info = _read_runtime(self.state_dir)
         url = info.get("url") if info else None
         if not isinstance(url, str) or not url:
-            raise NotRunning(f"superinferd is not running (no {RUNTIME_FILE} in state dir {self.state_dir})")
+            raise NotRunning(f"superinferd is not running (no {RUNTIME_FILE} in state dir {self.state_dir})",
+                             f"daemon not running (no {RUNTIME_FILE})")
         self.url = url.rstrip("/")
         self.url_source = str(self.state_dir / RUNTIME_FILE)
         if self.token_from_state_dir:

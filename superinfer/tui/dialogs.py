@@ -81,6 +81,11 @@ class EditScreen(ModalScreen[tuple[str, str] | None]):
             yield Static("", id="preview")
             yield Static(Text("↑↓ pick · enter: next · esc: cancel", style="dim"), id="hint")
 
+    def on_mount(self) -> None:
+        knobs_list = self.query_one("#knobs", OptionList)
+        knobs_list.highlighted = 0
+        knobs_list.focus()
+
     def _show(self, text: str, style: str = "") -> None:
         self.query_one("#preview", Static).update(Text(text, style=style))
 

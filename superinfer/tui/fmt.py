@@ -7,6 +7,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from rich.text import Text
+
 from superinfer.tui.judge import BREACH, OK, UNJUDGED, WARN
 
 DASH = "—"
@@ -126,3 +128,13 @@ def share_style(share: Any) -> str:
     if not is_num(share):
         return "dim"
     return "red" if share >= 0.95 else "yellow" if share >= 0.8 else "green"
+
+
+def fit(text: Text, width: int) -> Text:
+    """``text`` with every line cut to ``width`` cells (an ellipsis marks a cut), so a panel never wraps."""
+    if width <= 0:
+        return text
+    lines = text.split("\n", allow_blank=True)
+    for line in lines:
+        line.truncate(width, overflow="ellipsis")
+    return Text("\n").join(lines)

@@ -12,7 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from superinfer.tui.fmt import DASH, bar, clock, duration, gib, is_num, nice_ceiling, number, share_style, spark
+from superinfer.tui.fmt import DASH, bar, clock, duration, fit, gib, is_num, nice_ceiling, number, share_style, spark
 from superinfer.tui.tracker import Tracker, knobs, num
 
 PHASES = ("waiting", "rotary", "running")
@@ -127,7 +127,7 @@ def transfer_note(tr: Tracker) -> str:
     """The transfer panel's subtitle: on the twin with a CPU probe, what the peak is."""
     s = tr.state or {}
     if s.get("simulation") and (s.get("probe") or {}).get("device") == "cpu":
-        return "* peak: this host's probe, not the twin's link"
+        return "* peak: host CPU probe"
     return ""
 
 
@@ -167,7 +167,7 @@ def params(tr: Tracker, now: float, width: int = 40, meta_first: bool = False) -
     return out
 
 
-def tuner(tr: Tracker, now: float) -> RenderableType:
+def tuner(tr: Tracker, now: float, width: int = 36) -> RenderableType:
     """Mode, state, candidate, last decision, frozen and why; "off" while the daemon has no tuner."""
     t = tr.tuner
     if t is None:
@@ -175,7 +175,7 @@ def tuner(tr: Tracker, now: float) -> RenderableType:
         out.append("off", style="bold")
         out.append("\nno tuner in this daemon\n(no /v1/tuner, no tuner block)", style="dim")
         return out
-    out = Text("mode ", style="dim")
+    out = Text("mode ", style="dim", no_wrap=True, overflow="ellipsis")
     out.append(str(t.get("mode") or DASH), style="bold")
     out.append("  state ", style="dim")
     out.append(str(t.get("state") or DASH))
@@ -197,7 +197,7 @@ def tuner(tr: Tracker, now: float) -> RenderableType:
         out.append(f"last {clock(d.get('at'))} ", style="dim")
         out.append(f"{d.get('action') or DASH}: {d.get('reason') or ''}\n")
     out.append(f"rollbacks/h {number(t.get('rollbacks_last_hour'))}", style="dim")
-    return out
+    return fit(out, width)
 
 
 def ranking(tr: Tracker, rows: int = 6) -> RenderableType:
@@ -221,7 +221,7 @@ def _vlt(v: float | None) -> str:
 EVENT_STYLE = {"error": "red", "warn": "yellow", "info": ""}
 
 
-def events(tr: Tracker, rows: int) -> RenderableType:
+def events(tr: Tracker, rows: int, width: int = 116) -> RenderableType:
     """The newest ``rows`` events, oldest first."""
     out = Text(no_wrap=True, overflow="ellipsis")
     evs = tr.events.recent(rows)
@@ -232,4 +232,4 @@ def events(tr: Tracker, rows: int) -> RenderableType:
             out.append("\n")
         out.append(clock(e.t_last or e.t) + " ", style="dim")
         out.append(e.render(), style=EVENT_STYLE.get(e.level, ""))
-    return out
+    return fit(out, width)

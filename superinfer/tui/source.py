@@ -7,11 +7,12 @@ run two polls at once (the app's single poll worker; the ``--json`` loop).
 
 Recording format (``--record``), one JSON object per line: ``{"t": unix_s, "state": {...}, "tuner":
 {...}|null, "config": {...}|absent}`` or ``{"t": unix_s, "error": "reason"}``. ``--replay`` plays the
-lines back in order, one per tick.
+lines back in order, one per tick (a ``.gz`` file is read through gzip).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ class LiveSource:
         self.timeout_s = timeout_s
         self.client: DaemonClient | None = None
         self.failures = 0
+        self.not_running = ""  # the full message of the latest NotRunning (names the state dir)
         self._identity: tuple[Any, Any] | None = None
         self._tuner_route: bool | None = None  # None: not asked yet for this process
         self._record: TextIO | None = open(record, "a", encoding="utf-8") if record is not None else None
@@ -89,7 +91,8 @@ class LiveSource:
             poll = Poll(now, state, tuner, config)
             self.failures = 0
         except NotRunning as exc:
-            poll = Poll(now, error=str(exc))
+            poll = Poll(now, error=exc.reason)
+            self.not_running = str(exc)
         except Unreachable as exc:
             poll = Poll(now, error=exc.reason)
         except ApiError as exc:
@@ -122,7 +125,8 @@ class ReplaySource:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.lines: list[dict[str, Any]] = []
-        with open(self.path, encoding="utf-8") as f:
+        opener = gzip.open if self.path.suffix == ".gz" else open
+        with opener(self.path, "rt", encoding="utf-8") as f:
             for i, line in enumerate(f, 1):
                 if not line.strip():
                     continue

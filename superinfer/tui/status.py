@@ -56,10 +56,10 @@ def header(tr: Tracker, now: float, ses: Session, width: int = 120) -> Text:
     out.append(f"{ses.interval_s:g}s")
     out.append(" · ")
     out.append(str(s.get("backend") or DASH), style="bold")
-    out.append(" · ")
-    out.append(str(s.get("model") or DASH))
     out.append(" · profile ", style="dim")
     out.append(str(s.get("profile") or DASH))
+    out.append(" · ")
+    out.append(str(s.get("model") or DASH))
     url = " · " + ses.url.removeprefix("http://")
     if ses.url and out.cell_len + len(url) <= width - 2:
         out.append(url, style="dim")
@@ -71,7 +71,7 @@ def banner(tr: Tracker, now: float, ses: Session) -> tuple[Text, str]:
     if not tr.connected and tr.lost_since is not None:
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(f" DISCONNECTED {now - tr.lost_since:.0f}s ", style="bold reverse red")
-        t.append(f" ({tr.lost_reason})")
+        t.append(f" {tr.lost_reason}")
         if tr.retry_at is not None:
             t.append(f", retrying in {max(0.0, tr.retry_at - now):.0f}s")
         if tr.state is not None:

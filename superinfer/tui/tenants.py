@@ -14,7 +14,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from superinfer.tui.fmt import DASH, VERDICT_MARK, VERDICT_STYLE, number, pct, secs, slo
-from superinfer.tui.judge import percentile_class
+from superinfer.tui.judge import UNJUDGED, percentile_class
 from superinfer.tui.tracker import Tracker
 
 WIDE = (("tenant", "tenant"), ("verdict", "verdict"), ("slo", "SLO ttft/tbt"), ("n", "req/fin"),
@@ -25,7 +25,10 @@ COMPACT = (("tenant", "tenant"), ("verdict", "verdict"), ("n", "req/fin"), ("ttf
 
 
 def _share(x: Any, verdict: str) -> Text:
-    return Text(pct(x), style=VERDICT_STYLE[verdict] if verdict != "—" else "", justify="right")
+    """An attainment, coloured by its verdict; "—" when the window is too thin to judge it."""
+    if verdict == UNJUDGED:
+        return Text(DASH, style="dim", justify="right")
+    return Text(pct(x), style=VERDICT_STYLE[verdict], justify="right")
 
 
 def _pair(p50: Any, p99: Any, slo: Any, compact: bool) -> Text:
