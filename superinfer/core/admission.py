@@ -13,6 +13,9 @@ from superinfer.core.orders import Ctx, PolicySpec
 from superinfer.core.work import SWAP, Work
 
 _NEG_INF = float("-inf")
+#: candidates backfill passes over at most per plan (as an HPC scheduler's backfill scan depth, e.g.
+#: Slurm's bf_max_job_test): bounds the walk when thousands wait and few blocks are free
+BACKFILL_SCAN = 64
 
 
 class VictimTail:
@@ -116,7 +119,8 @@ class Walk:
     Backfill (RotaSched v2, ``params.backfill``): where the walk would stop at a candidate that cannot be
     made to fit, it records that candidate as *blocked* and, if the blocked one is still ahead of its SLO
     (:func:`slo_slack` > 0), goes on admitting the later candidates that fit in the free blocks as they are
-    (never taking a victim for them); otherwise it stops there, as without backfill."""
+    (never taking a victim for them), until :data:`BACKFILL_SCAN` candidates were passed over or no block is
+    free; otherwise it stops there, as without backfill."""
 
     def __init__(self, ctx: Ctx, spec: PolicySpec, w: Work) -> None:
         self.ctx, self.spec, self.w = ctx, spec, w
@@ -127,15 +131,16 @@ class Walk:
         self.admitted: list[tuple[int, int, int, int]] = []  # (row, blocks, tokens, host-to-device blocks)
         self.backfill = bool(spec.slo_guards and ctx.params.backfill)
         self.blocked: int | None = None  # the first candidate passed over by backfill
+        self.passed = 0  # candidates passed over so far
 
     def _pass_over(self, c: int) -> bool:
         """``c`` cannot be made to fit: True to backfill past it, False to stop the walk here."""
-        if self.blocked is not None:
-            return True
-        if not self.backfill or slo_slack(self.ctx, np.array([c]))[0] <= 0:
-            return False
-        self.blocked = c
-        return True
+        if self.blocked is None:
+            if not self.backfill or slo_slack(self.ctx, np.array([c]))[0] <= 0:
+                return False
+            self.blocked = c
+        self.passed += 1
+        return self.passed <= BACKFILL_SCAN and self.w.free > 0
 
     def run(self, rows: np.ndarray) -> str | None:
         """Walk ``rows``; returns ``"link"`` or ``"tokens"`` if it stopped at a candidate that needs a
