@@ -44,6 +44,7 @@ class LazyGroup(click.Group):
         "stop": "superinfer.daemon.cli:stop",
         "status": "superinfer.daemon.cli:status",
         "config": "superinfer.daemon.cli:config",
+        "plan": "superinfer.sim.plan_cli:plan",
         "top": "superinfer.tui.cli:top",
     },
 )

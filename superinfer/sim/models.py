@@ -6,7 +6,8 @@ the tests against the published totals (model cards / papers), so a typo in a sh
 wrong total. Weights and KV are bf16 (2 bytes per element), as served in the paper.
 
 ``kv_bytes_per_token = 2 (K and V) * layers * kv_heads * head_dim * 2 bytes``:
-Llama-3-8B 131072, Qwen2.5-32B 262144, Mixtral-8x7B 131072 (design §6).
+Llama-3-8B 131072, Qwen2.5-32B 262144, Mixtral-8x7B 131072 (design §6); Llama-3-70B and Qwen2.5-72B
+327680 (issue 14: they need tensor or pipeline parallelism, ``superinfer.sim.parallel``).
 """
 
 from __future__ import annotations
@@ -138,6 +139,24 @@ MODELS: dict[str, ModelProfile] = {
             "https://huggingface.co/Qwen/Qwen2.5-32B-Instruct/blob/main/config.json",
             "https://huggingface.co/Qwen/Qwen2.5-32B-Instruct (model card: 32.5B params, 31.0B non-embedding;"
             " safetensors 32.8B incl. untied LM head)",
+        ),
+    ),
+    "llama-3-70b": ModelProfile(
+        name="llama-3-70b", layers=80, hidden=8192, intermediate=28672, heads=64, kv_heads=8,
+        head_dim=128, vocab=128256, max_model_len=8192,
+        published_total_params=70.6e9, published_active_params=70.6e9,
+        sources=(
+            "https://huggingface.co/meta-llama/Meta-Llama-3-70B/blob/main/config.json",
+            "https://huggingface.co/meta-llama/Meta-Llama-3-70B (model card: 70B; safetensors 70.6B params)",
+        ),
+    ),
+    "qwen2.5-72b": ModelProfile(
+        name="qwen2.5-72b", layers=80, hidden=8192, intermediate=29568, heads=64, kv_heads=8,
+        head_dim=128, vocab=152064, max_model_len=32768, qkv_bias=True,
+        published_total_params=72.7e9, published_active_params=72.7e9,
+        sources=(
+            "https://huggingface.co/Qwen/Qwen2.5-72B-Instruct/blob/main/config.json",
+            "https://huggingface.co/Qwen/Qwen2.5-72B-Instruct (model card: 72.7B params, 70.0B non-embedding)",
         ),
     ),
     "mixtral-8x7b": ModelProfile(
