@@ -10,7 +10,6 @@ and the tenant table's less important columns.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -19,13 +18,13 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from superinfer.tui import panels
-from superinfer.tui.client import ApiError, Unreachable
 from superinfer.tui.css import TOP_CSS
-from superinfer.tui.dialogs import ConfirmScreen, EditScreen, HelpScreen, LogScreen
-from superinfer.tui.fmt import clock, fit
+from superinfer.tui.actions import Actions
+from superinfer.tui.fmt import fit
 from superinfer.tui.source import LiveSource, Poll, ReplaySource, backoff_s
 from superinfer.tui.status import Session, banner, header
 from superinfer.tui.tenants import TenantTable
@@ -37,7 +36,7 @@ COMPACT_W, COMPACT_H = 100, 30
 MAX_TENANT_ROWS = 8
 
 
-class TopApp(App[None]):
+class TopApp(Actions, App[None]):
     """``superinferd top``. ``source``: a live daemon or a recording."""
 
     CSS = TOP_CSS
@@ -97,21 +96,30 @@ class TopApp(App[None]):
         titles = {"tenants-box": "SLOs per tenant", "kv": "KV cache", "queues": "queues", "transfer": "transfer",
                   "params": "params", "tuner": "tuner", "ranking": "VLT ranking (served first)", "events": "events"}
         for wid, title in titles.items():
-            self.query_one(f"#{wid}").border_title = title
+            self.main.query_one(f"#{wid}").border_title = title
         self._layout(self.size.width, self.size.height)
-        self.query_one(TenantTable).focus()
+        self.main.query_one(TenantTable).focus()
         self.render_all()
         if self.autopoll:
             self.run_worker(self._poll_loop(), exclusive=True, group="poll", name="poll")
             self.set_interval(1.0, self._tick)
 
     def on_resize(self, event: Any) -> None:
-        self._layout(event.size.width, event.size.height)
-        self.render_all()
+        if self._drawable():
+            self._layout(event.size.width, event.size.height)
+            self.render_all()
 
     def _layout(self, width: int, height: int) -> None:
         self.compact = width < COMPACT_W or height < COMPACT_H
-        self.query_one("#body").set_class(self.compact, "compact")
+        self.main.query_one("#body").set_class(self.compact, "compact")
+
+    @property
+    def main(self) -> Screen:
+        """The dashboard's screen (dialogs are pushed above it; polls keep drawing here)."""
+        return self.screen_stack[0]
+
+    def _drawable(self) -> bool:
+        return self.is_running and bool(self.screen_stack) and self.main.is_attached
 
     def now(self) -> float:
         return self._now if self.source.replay else time.time()
@@ -154,43 +162,47 @@ class TopApp(App[None]):
 
     # ---- drawing --------------------------------------------------------------------------------
     def _render_status(self) -> None:
+        if not self._drawable():
+            return
         now = self.now()
-        self.query_one("#header", Static).update(header(self.tracker, now, self.session, self.size.width))
+        self.main.query_one("#header", Static).update(header(self.tracker, now, self.session, self.size.width))
         text, cls = banner(self.tracker, now, self.session)
-        b = self.query_one("#banner", Static)
+        b = self.main.query_one("#banner", Static)
         b.update(text)
         b.set_classes(cls)
-        self.query_one("#body").set_class(not self.tracker.connected and self.tracker.state is not None, "stale")
+        self.main.query_one("#body").set_class(not self.tracker.connected and self.tracker.state is not None, "stale")
 
     def render_all(self) -> None:
-        """Redraw every panel from the tracker."""
+        """Redraw every panel from the tracker (nothing once the app is closing)."""
+        if not self._drawable():
+            return
         self._render_status()
         tr, now = self.tracker, self.now()
-        table = self.query_one(TenantTable)
+        table = self.main.query_one(TenantTable)
         table.update_from(tr, now, self.compact)
         n = min(max(len((tr.state or {}).get("tenants") or {}), 1), MAX_TENANT_ROWS)
-        self.query_one("#tenants-box").styles.height = n + 4  # borders, column header, rows, why
+        self.main.query_one("#tenants-box").styles.height = n + 4  # borders, column header, rows, why
         sel = table.selected
         why = Text(no_wrap=True, overflow="ellipsis")
         if sel is not None and tr.state is not None:
             why.append(f"why ({sel}): ", style="bold")
             why.append(tr.tenant(sel, now)["why"])
-        self.query_one("#why", Static).update(fit(why, self.size.width - 4))
-        box = self.query_one("#tenants-box")
+        self.main.query_one("#why", Static).update(fit(why, self.size.width - 4))
+        box = self.main.query_one("#tenants-box")
         box.border_title = (f"SLOs per tenant · window {tr.state.get('slo_window_s', '—')}s · target "
                             f"{100 * tr.target:.0f}%" if tr.state else "SLOs per tenant")
         w = self.size.width
         third = max(24, w // 3 - 4)
-        self.query_one("#kv", Static).update(panels.kv(tr, w // 2 - 4 if self.compact else third))
-        self.query_one("#queues", Static).update(panels.queues(tr, w // 2 - 4 if self.compact else third))
-        self.query_one("#transfer", Static).update(panels.transfer(tr, third))
-        self.query_one("#transfer").border_subtitle = panels.transfer_note(tr)
-        self.query_one("#kv").border_title = panels.kv_title(tr)
-        self.query_one("#params", Static).update(panels.params(tr, now, w - 4 if self.compact else third,
+        self.main.query_one("#kv", Static).update(panels.kv(tr, w // 2 - 4 if self.compact else third))
+        self.main.query_one("#queues", Static).update(panels.queues(tr, w // 2 - 4 if self.compact else third))
+        self.main.query_one("#transfer", Static).update(panels.transfer(tr, third))
+        self.main.query_one("#transfer").border_subtitle = panels.transfer_note(tr)
+        self.main.query_one("#kv").border_title = panels.kv_title(tr)
+        self.main.query_one("#params", Static).update(panels.params(tr, now, w - 4 if self.compact else third,
                                                                meta_first=self.compact))
-        self.query_one("#tuner", Static).update(panels.tuner(tr, now, third))
-        self.query_one("#ranking", Static).update(panels.ranking(tr))
-        events = self.query_one("#events", Static)
+        self.main.query_one("#tuner", Static).update(panels.tuner(tr, now, third))
+        self.main.query_one("#ranking", Static).update(panels.ranking(tr))
+        events = self.main.query_one("#events", Static)
         events.update(panels.events(tr, max(1, events.size.height - 2 if events.size.height else 8), w - 4))
 
     # ---- keys -----------------------------------------------------------------------------------
@@ -221,90 +233,13 @@ class TopApp(App[None]):
         self._wake.set()
 
     def action_tenant(self, step: int) -> None:
-        table = self.query_one(TenantTable)
+        table = self.main.query_one(TenantTable)
         if table.row_count:
             table.move_cursor(row=(table.cursor_row + step) % table.row_count)
             self.render_all()
 
     def on_data_table_row_highlighted(self, _: Any) -> None:
         self.render_all()
-
-    def action_edit(self) -> None:
-        if self.tracker.state is None or not self.tracker.connected or self.source.client is None:
-            self.say("not connected: nothing to edit", "error")
-            return
-        self.run_worker(self._edit(), exclusive=True, group="edit")
-
-    async def _edit(self) -> None:
-        client = self.source.client
-        try:
-            if self._bounds is None:
-                self._bounds = await self.source.bounds()
-            params = await client.params()
-        except (Unreachable, ApiError) as exc:
-            self.say(f"cannot read params: {exc}", "error")
-            return
-        self.push_screen(EditScreen(params, self._bounds, client.params, client.put_params), self._edited)
-
-    def _edited(self, result: tuple[str, str] | None) -> None:
-        if result is None:
-            self.say("edit cancelled: nothing sent")
-        else:
-            self.say(result[1], result[0])
-            self._wake.set()
-
-    def action_freeze(self) -> None:
-        t = self.tracker.tuner
-        if t is None:
-            self.say("the tuner is not available: this daemon has no /v1/tuner and /v1/state has no tuner "
-                     "block (the panel says off)", "warn")
-            return
-        frozen = bool(t.get("frozen"))
-        question = ("Unfreeze the tuner (it resumes changing params)?" if frozen else
-                    "Freeze the tuner (it stops changing params until unfrozen)?")
-        self.push_screen(ConfirmScreen(question), lambda yes: self._freeze(not frozen) if yes else
-                         self.say("nothing sent"))
-
-    def _freeze(self, freeze: bool) -> None:
-        async def go() -> None:
-            try:
-                await self.source.client.put_tuner({"freeze": freeze})
-            except ApiError as exc:
-                self.say(f"tuner refused, HTTP {exc.status}: {exc.message}", "error")
-                return
-            except Unreachable as exc:
-                self.say(f"daemon unreachable: {exc.reason}", "error")
-                return
-            self.say("tuner frozen" if freeze else "tuner unfrozen")
-            self._wake.set()
-
-        self.run_worker(go(), exclusive=True, group="freeze")
-
-    def action_log(self) -> None:
-        text = Text()
-        for e in self.tracker.events.events:
-            text.append(clock(e.t) + (f"–{clock(e.t_last)}" if e.t_last and e.t_last - e.t >= 1 else "") + " ",
-                        style="dim")
-            text.append(e.render() + "\n", style=panels.EVENT_STYLE.get(e.level, ""))
-        self.push_screen(LogScreen(text or Text("no events yet", style="dim")))
-
-    def action_help(self) -> None:
-        self.push_screen(HelpScreen())
-
-    def action_save(self) -> None:
-        if self.tracker.state is None:
-            self.say("nothing to save yet", "error")
-            return
-        now = self.now()
-        path = self.save_dir / f"superinfer-state-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}.json"
-        doc = {"saved_at": now, "url": self.session.url, "state": self.tracker.state,
-               "derived": self.tracker.derived(now)}
-        try:
-            path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
-        except OSError as exc:
-            self.say(f"cannot save: {exc.strerror or exc}", "error")
-            return
-        self.say(f"saved {path}")
 
     async def on_unmount(self) -> None:
         await self.source.aclose()

@@ -34,7 +34,7 @@ Screen { layout: vertical; }
 ModalScreen { align: center middle; }
 #dialog { width: 90%; max-width: 110; height: auto; max-height: 90%; border: thick $accent;
           background: $surface; padding: 0 1; }
-#knobs { height: auto; max-height: 11; }
+#knobs { height: auto; max-height: 16; }
 #preview { height: auto; min-height: 1; }
 #log { width: 95%; height: 90%; border: round $accent; background: $surface; padding: 0 1; }
 """

@@ -86,6 +86,9 @@ class EditScreen(ModalScreen[tuple[str, str] | None]):
         knobs_list.highlighted = 0
         knobs_list.focus()
 
+    def _hint(self, text: str) -> None:
+        self.query_one("#hint", Static).update(Text(text, style="dim"))
+
     def _show(self, text: str, style: str = "") -> None:
         self.query_one("#preview", Static).update(Text(text, style=style))
 
@@ -97,6 +100,7 @@ class EditScreen(ModalScreen[tuple[str, str] | None]):
         inp.placeholder = f"new {self.key}" + (f" in [{number(b.lo)}, {number(b.hi)}]" if b else "")
         inp.focus()
         self.stage = "type"
+        self._hint("type the new value · enter: review · esc: cancel")
         self._show(f"{self.key}: {number(self.params.get(self.key))} → ?")
 
     def on_input_changed(self, event: Input.Changed) -> None:
@@ -120,9 +124,9 @@ class EditScreen(ModalScreen[tuple[str, str] | None]):
         self.stage = "confirm"
         self.query_one("#value", Input).disabled = True
         self.set_focus(None)
+        self._hint("y / enter: send · n / esc: cancel")
         self._show(f"Send {self.key} {number(self.params.get(self.key))} → {number(value)}?"
-                   + (f"\n{warning}" if warning else "") + "\ny / enter: send · n / esc: cancel",
-                   "bold yellow" if warning else "bold")
+                   + (f"\n{warning}" if warning else ""), "bold yellow" if warning else "bold")
 
     def key_enter(self) -> None:
         if self.stage in ("confirm", "conflict"):

@@ -4,8 +4,9 @@ Sources: KV rotations (``rotation_events`` of ``/v1/state`` overlap from one pol
 only the last 20, so each event is keyed by ``(time, sim_time_s, kind, req_id)`` and seen once; totals
 come from the counters, which see every rotation), parameter changes, restarts, disconnects, status
 changes and tuner decisions. An event repeating the previous one's text is counted (``×N``) instead of
-added; rotations arriving within :data:`ROTATION_MERGE_S` of the previous rotation entry are merged into
-it, so a busy engine yields one growing line instead of one per poll.
+added; rotations arriving within :data:`ROTATION_MERGE_S` of the latest rotation entry are merged into
+it (even past other events: each line shows when its span started) (up to :data:`ROTATION_SPAN_S` per line), so a busy engine yields one line a minute instead of one
+per poll.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-ROTATION_MERGE_S = 15.0
+ROTATION_MERGE_S = 15.0  # a rotation this soon after the previous rotation line joins it...
+ROTATION_SPAN_S = 60.0  # ...unless that line already spans this long
 MAX_SEEN = 4096
 
 
@@ -34,7 +36,7 @@ class Event:
 
     def render(self) -> str:
         if self.kind == "rotation":
-            return _rotation_text(self.tally, self.hidden)
+            return _rotation_text(self.tally, self.hidden, self.t_last - self.t)
         return self.text + (f" (×{self.count})" if self.count > 1 else "")
 
     def as_dict(self) -> dict[str, Any]:
@@ -42,11 +44,11 @@ class Event:
                 "level": self.level, "text": self.render(), "count": self.count}
 
 
-def _rotation_text(tally: Counter, hidden: int) -> str:
+def _rotation_text(tally: Counter, hidden: int, span_s: float) -> str:
     moves = [f"{tally[k]} {label}" for k, label in (("swap_out", "out"), ("swap_in", "in"),
                                                    ("recompute", "recompute")) if tally[k]]
     tenants = sorted(((n, k[7:]) for k, n in tally.items() if k.startswith("tenant:")), reverse=True)
-    text = "KV rotations: " + (", ".join(moves) or "none listed")
+    text = (f"KV rotations in {span_s:.0f}s: " if span_s >= 1 else "KV rotations: ") + (", ".join(moves) or "none listed")
     if tenants:
         text += " (" + ", ".join(f"{name} {n}" for n, name in tenants[:3]) + ")"
     if hidden:
@@ -108,8 +110,8 @@ class EventLog:
                 tally[k] = max(tally[k], totals.get(k, 0))
         if not any(tally[k] for k in ("swap_out", "swap_in", "recompute")):
             return new
-        last = self.events[-1] if self.events else None
-        if last is not None and last.kind == "rotation" and t - last.t_last <= ROTATION_MERGE_S:
+        last = next((e for e in reversed(self.events) if e.kind == "rotation"), None)
+        if last is not None and t - last.t_last <= ROTATION_MERGE_S and t - last.t < ROTATION_SPAN_S:
             last.tally.update(tally)
             last.hidden += hidden
             last.t_last = t

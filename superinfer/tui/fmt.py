@@ -73,7 +73,7 @@ def number(x: Any) -> str:
     if isinstance(x, int):
         return str(x)
     if is_num(x):
-        return f"{x:.4g}"
+        return str(int(x)) if x == int(x) and abs(x) < 1e15 else f"{x:.4g}"
     return DASH
 
 

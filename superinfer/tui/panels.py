@@ -230,6 +230,6 @@ def events(tr: Tracker, rows: int, width: int = 116) -> RenderableType:
     for i, e in enumerate(evs):
         if i:
             out.append("\n")
-        out.append(clock(e.t_last or e.t) + " ", style="dim")
+        out.append(clock(e.t) + " ", style="dim")
         out.append(e.render(), style=EVENT_STYLE.get(e.level, ""))
     return fit(out, width)

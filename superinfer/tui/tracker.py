@@ -14,11 +14,12 @@ from collections import deque
 from typing import Any
 
 from superinfer.tui.events import EventLog
-from superinfer.tui.judge import DEFAULT_TARGET, Context, check_target, explain, judge_window, trend
+from superinfer.tui.judge import BREACH, DEFAULT_TARGET, UNJUDGED, WARN, Context, check_target, explain, judge_window, trend
 
 RATE_KEYS = ("arrived", "finished", "rotations", "preemptions", "swap_ins", "recompute_fallbacks", "rejected")
 PARAM_META = ("version", "source", "updated_at", "file")
 FRESH_S = 10.0  # a changed param is highlighted this long
+VERDICT_HOLD = 3  # polls a tenant's new word must hold before the change is logged (no flapping lines)
 GIB = float(1 << 30)
 
 
@@ -68,6 +69,8 @@ class Tracker:
         self.samples: deque[tuple[float, dict[str, float]]] = deque()
         self.rates: dict[str, float | None] = {k: None for k in RATE_KEYS}
         self.hist: dict[str, deque[tuple[float, float]]] = {}
+        self.verdicts: dict[str, str] = {}  # each tenant's word as last logged
+        self._pending: dict[str, tuple[str, int]] = {}  # a different word and for how many polls it held
 
     def _push(self, key: str, t: float, value: Any) -> None:
         v = num(value)
@@ -130,6 +133,8 @@ class Tracker:
             self.events.add(now, "restart", f"daemon restarted: pid {prev.get('pid')} → {state.get('pid')}; "
                             "rate baselines reset", "warn")
             self._reset_baselines()
+            self.verdicts.clear()
+            self._pending.clear()
             self.events.forget_seen()
         counters = {k: float(v) for k, v in (state.get("counters") or {}).items() if num(v) is not None}
         listed = state.get("rotation_events") or []
@@ -146,6 +151,7 @@ class Tracker:
         self._tuner(state.get("tuner") if isinstance(state.get("tuner"), dict) else tuner, now)
         self.state, self.t = state, now
         self._histories(state, now)
+        self._verdict_changes(state, now, log=prev is not None)
         return new_process
 
     def _rotation_totals(self, counters: dict[str, float], new_process: bool) -> dict[str, int] | None:
@@ -204,6 +210,33 @@ class Tracker:
         for d in tuner.get("last_decisions") or []:
             if isinstance(d, dict) and (d.get("at"), d.get("action")) not in seen and old is not None:
                 self.events.add(now, "tuner", f"tuner: {d.get('action')} ({d.get('reason') or 'no reason'})")
+
+    def _verdict_changes(self, state: dict[str, Any], now: float, log: bool) -> None:
+        """Log a tenant whose word (OK/WARN/BREACH/—) changed and held for :data:`VERDICT_HOLD` polls."""
+        for name, t in (state.get("tenants") or {}).items():
+            w = (t or {}).get("window") or {}
+            v = judge_window(w, self.target)
+            word = v.overall
+            old = self.verdicts.get(name)
+            if not log or old is None or old == word:
+                self.verdicts[name] = word
+                self._pending.pop(name, None)
+                continue
+            seen, n = self._pending.get(name, (word, 0))
+            n = n + 1 if seen == word else 1
+            self._pending[name] = (word, n)
+            if n < VERDICT_HOLD:
+                continue
+            self.verdicts[name] = word
+            self._pending.pop(name, None)
+            if word == UNJUDGED:
+                why = "too few requests in the window"
+            else:
+                why = ", ".join(f"{label} {100 * w[k]:.0f}%" for k, label, c in
+                                (("ttft_attainment", "TTFT", v.ttft), ("slo_attainment", "both", v.slo))
+                                if c != UNJUDGED)
+            level = "error" if word == BREACH else "warn" if word == WARN else "info"
+            self.events.add(now, "verdict", f"{name}: {old} → {word} ({why})", level)
 
     def _histories(self, state: dict[str, Any], now: float) -> None:
         q = state.get("queues") or {}

@@ -38,6 +38,7 @@ def preview(app: TopApp) -> str:
 
 async def connected(pilot, app: TopApp) -> None:
     await wait_for(pilot, lambda: app.query_one(TenantTable).row_count > 0, what="tenant rows")
+    await wait_for(pilot, lambda: "voice" in screen_text(app), what="the rows drawn")
 
 
 async def open_edit(pilot, app: TopApp, value: str) -> None:
@@ -94,6 +95,9 @@ def test_cancelled_edit_changes_nothing(daemon: DaemonProc) -> None:
         async with app.run_test(size=(120, 40)) as pilot:
             await connected(pilot, app)
             await open_edit(pilot, app, "7")
+            polled = app.tracker.t
+            await wait_for(pilot, lambda: app.tracker.t != polled, what="polls while the dialog is open")
+            assert isinstance(app.screen, EditScreen)  # a poll redraws the dashboard under the dialog
             await pilot.press("n")
             await wait_for(pilot, lambda: not isinstance(app.screen, EditScreen))
             assert "edit cancelled: nothing sent" in banner(app)

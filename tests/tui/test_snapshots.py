@@ -95,7 +95,7 @@ def test_the_scenes_show_what_they_are_named_for(utc: None) -> None:
     assert all(t in steady for t in ("chat", "voice", "bulk"))
     assert "BREACH" in steady and "OK" in steady
     assert "params v1 → v2 by api:127.0.0.1: α" in steady or "params v1 → v2 by api:127.0.0.1: alpha 3 → 4" in steady
-    assert "KV rotations:" in steady
+    assert "KV rotations in" in steady and "voice: — → BREACH" in steady
     gone = render("disconnected", (120, 40))
     assert "DISCONNECTED" in gone and "daemon not running (no runtime.json)" in gone and "status ok → draining" in gone
     back = render("restarted", (80, 24))

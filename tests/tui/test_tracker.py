@@ -66,7 +66,7 @@ def test_rotation_events_are_deduplicated_across_overlapping_polls() -> None:
     c2 = dict(c, rotations=61, swap_ins=49)  # 10 rotations, 1 listed: 9 happened beyond the daemon's list
     tr.observe(state(rotation_events=second + [rot_event(1002.5, 12)], counters=c2), 1003.0)
     assert rot[0].tally["swap_out"] == 11 and rot[0].hidden == 9
-    assert "KV rotations: 11 out, 1 in (chat 2)" in rot[0].render()
+    assert "KV rotations in 2s: 11 out, 1 in (chat 2)" in rot[0].render()
     assert "9 not in the daemon's last-20 list" in rot[0].render()
 
 
@@ -131,3 +131,20 @@ def test_derived_fields() -> None:
     assert tr.config_value("engine", "max_num_seqs") == 64
     with pytest.raises(ValueError, match="history"):
         Tracker(history=1)
+
+
+def test_a_tenant_verdict_change_is_logged_once_it_holds() -> None:
+    tr = Tracker()
+    good = state()
+    good["tenants"]["chat"]["window"].update(ttft_attainment=1.0, slo_attainment=1.0)
+    tr.observe(good, 1000.0)
+    assert tr.verdicts["chat"] == "OK"
+    bad = state()  # chat: both-SLO 0.88 < 0.9: BREACH
+    tr.observe(bad, 1001.0)
+    tr.observe(good, 1002.0)  # a one-poll dip is not news
+    for t in (1003.0, 1004.0):
+        tr.observe(bad, t)
+    assert not any(e.kind == "verdict" for e in tr.events.events)
+    tr.observe(bad, 1005.0)
+    assert [e.render() for e in tr.events.events if e.kind == "verdict"] == ["chat: OK → BREACH (TTFT 90%, both 88%)"]
+    assert [e.level for e in tr.events.events if e.kind == "verdict"] == ["error"]
