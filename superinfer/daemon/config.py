@@ -17,6 +17,7 @@ from typing import Any
 
 from superinfer.core import Params, Tenant, TenantTable
 from superinfer.daemon.params import PARAM_KEYS
+from superinfer.daemon.parallel import layout_errors
 from superinfer.daemon.profiles import Profile, ProfileError, find_profile, load_profile
 from superinfer.daemon.schema import SCHEMA, TENANT_KEYS, Key, SchemaError, check_value, parse_text
 
@@ -167,6 +168,7 @@ def resolve(
 
     tenants, shares, tsource = _resolve_tenants(prof, values)
     _check_names(values)
+    _check_layout(values)
     return Config(prof.name, path, values, daemon, tenants, shares, tsource)
 
 
@@ -233,3 +235,16 @@ def _check_names(values: dict[str, dict[str, Setting]]) -> None:
     if w.value not in LENGTHS and not Path(w.value.partition(":")[2] or w.value).exists():
         raise ProfileError(w.source, "sim.workload",
                            f"expected a trace file or one of {', '.join(sorted(LENGTHS))}, got {w.value!r}")
+
+
+def _check_layout(values: dict[str, dict[str, Setting]]) -> None:
+    """``[engine]`` tensor x pipeline parallel sizes against the model's shapes (:mod:`.parallel`)."""
+    e = values["engine"]
+    tp, pp = e["tensor_parallel_size"], e["pipeline_parallel_size"]
+    if tp.value * pp.value == 1:
+        return
+    problems, where = layout_errors(tp.value, pp.value, e["model_path"].value, e["model"].value)
+    for name, setting in (("tensor_parallel_size", tp), ("pipeline_parallel_size", pp)):
+        mine = [p for p in problems if p.startswith(name)]
+        if mine:
+            raise ProfileError(setting.source, f"engine.{name}", f"{'; '.join(mine)} (shapes from {where})")

@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from superinfer.daemon import parallel
 from superinfer.daemon.schema import NAME_RE, SCHEMA, TENANT_KEYS, SchemaError, check_value
 
 SYSTEM_DIR = Path("/etc/superinfer/profiles")
+parallel.register(SCHEMA)  # [engine] tensor/pipeline/executor keys, defined with their checks in daemon.parallel
 
 
 class ProfileError(ValueError):

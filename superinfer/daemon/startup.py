@@ -15,6 +15,7 @@ from typing import Any
 from superinfer.daemon import lifecycle as lc
 from superinfer.daemon.backends.base import Backend
 from superinfer.daemon.config import Config
+from superinfer.daemon.parallel import probe_each, rank_devices
 from superinfer.daemon.params import PARAM_DEFAULTS, PARAM_KEYS, ParamStore, validate_update
 
 log = logging.getLogger("superinfer.daemon")
@@ -31,9 +32,16 @@ def probe_bandwidth(cfg: Config, block_bytes: int | None) -> dict[str, Any] | No
         from superinfer.duplexkv.probe import run_probe as probe
 
         size = max(cfg.get("scheduler", "probe_size_mb") << 20, block_bytes)
-        res = probe(block_bytes, device=cfg.d("device"), iteration_s=cfg.get("scheduler", "iteration_s"),
-                    bytes_each_way=size, repeats=cfg.get("scheduler", "probe_repeats"),
-                    eta=cfg.get("scheduler", "eta")).as_dict()
+
+        def run() -> dict[str, Any]:
+            return probe(block_bytes, device=cfg.d("device"), iteration_s=cfg.get("scheduler", "iteration_s"),
+                         bytes_each_way=size, repeats=cfg.get("scheduler", "probe_repeats"),
+                         eta=cfg.get("scheduler", "eta")).as_dict()
+
+        # with tensor/pipeline parallelism every local rank's GPU is probed; the slowest sets B_xfer
+        devices = rank_devices(cfg.d("device"), cfg.get("engine", "tensor_parallel_size")
+                               * cfg.get("engine", "pipeline_parallel_size"))
+        res = probe_each(devices, run) if len(devices) > 1 else run()
     except Exception as exc:  # noqa: BLE001 - the daemon serves without a probe, and says so
         log.error("bandwidth probe failed (%s: %s); B_xfer falls back", type(exc).__name__, exc)
         return None
@@ -43,6 +51,9 @@ def probe_bandwidth(cfg: Config, block_bytes: int | None) -> dict[str, Any] | No
              res["device"], res["device_name"], block_bytes, res["h2d_gbps"], res["d2h_gbps"],
              res["duplex_h2d_gbps"], res["duplex_d2h_gbps"], res["duplex_factor"], res["b_xfer_blocks"],
              res["iteration_s"], res["elapsed_s"])
+    if res.get("ranks"):
+        log.info("probe: %d rank GPUs measured, B_xfer from the slowest: %s", len(res["ranks"]),
+                 ", ".join(f"cuda:{r['cuda_device']} {r['b_xfer_blocks']}" for r in res["ranks"]))
     if res.get("note"):
         log.warning("probe: %s", res["note"])
     return res

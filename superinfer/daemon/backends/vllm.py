@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
+from superinfer.daemon import parallel
 from superinfer.daemon.backends.base import Backend, Host
 from superinfer.daemon.errors import StartError
 from superinfer.daemon.httputil import HttpError, error, json_body, resolve_tenant
@@ -94,7 +95,14 @@ class VllmBackend(Backend):
         g = cfg.get
         self.model_path = g("engine", "model_path")
         self.served = g("engine", "served_model_name") or self.model_path
-        self._block_bytes = hf_block_bytes(self.model_path, g("engine", "block_size"), g("engine", "dtype"))
+        self.tp, self.pp = g("engine", "tensor_parallel_size"), g("engine", "pipeline_parallel_size")
+        self.executor = g("engine", "distributed_executor_backend")
+        self.world = self.tp * self.pp
+        self.cpu_binding: str | None = None
+        # one rank's KV block (its heads, its stage's layers): what each worker parks, and B_xfer's unit
+        self._block_bytes = (hf_block_bytes(self.model_path, g("engine", "block_size"), g("engine", "dtype"))
+                             if self.world == 1 else parallel.rank_block_bytes(
+                                 self.model_path, g("engine", "block_size"), g("engine", "dtype"), self.tp, self.pp))
         self.tenant_index = {t.name: i for i, t in enumerate(cfg.tenants)}
         self.tenants = cfg.tenants
         self.proc: subprocess.Popen | None = None
@@ -118,8 +126,8 @@ class VllmBackend(Backend):
         g = self.cfg.get
         extra: dict[str, Any] = {"params_file": str(params_file), "policy": g("scheduler", "policy")
                                  if g("scheduler", "policy") != "vllm" else "fcfs"}
-        if self._block_bytes:
-            extra["host_blocks"] = max(1, int(g("engine", "dram_gib") * (1 << 30)) // self._block_bytes)
+        if self._block_bytes:  # dram_gib is the whole engine's pool: each of the world's workers gets its share
+            extra["host_blocks"] = max(1, int(g("engine", "dram_gib") * (1 << 30)) // (self.world * self._block_bytes))
         ktc = {"kv_connector": "DuplexKVConnector", "kv_connector_module_path": "superinfer.vllm",
                "kv_role": "kv_both", "kv_connector_extra_config": extra}
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model_path,
@@ -135,7 +143,7 @@ class VllmBackend(Backend):
             cmd += ["--num-gpu-blocks-override", str(g("engine", "num_gpu_blocks_override"))]
         if g("engine", "enforce_eager"):
             cmd.append("--enforce-eager")
-        return cmd
+        return cmd + parallel.vllm_args(self.tp, self.pp, self.executor)
 
     async def start(self, host: Host) -> None:
         import httpx
@@ -145,6 +153,11 @@ class VllmBackend(Backend):
         self.engine_url = f"http://127.0.0.1:{port}"
         env = dict(os.environ)
         env["SUPERINFER_PARAMS_FILE"] = str(host.store.path)
+        try:  # Ray installed when asked for; the CPU thread binding of several CPU ranks
+            self.cpu_binding = parallel.prepare_env(self.world, self.executor, self.cfg.d("device"), env)
+        except ValueError as exc:
+            raise StartError(str(exc), code=2) from None
+        parallel.export_layout(host.metrics.registry, self.tp, self.pp)
         if self.cfg.get("engine", "kv_cache_gib"):
             env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.cfg.get('engine', 'kv_cache_gib'):g}"
         cmd = self.command(port, host.store.path)
@@ -317,6 +330,8 @@ class VllmBackend(Backend):
             "ranking": [],
             "rotation_events": [],
             "planner": None,
+            "parallel": parallel.layout_state(self.tp, self.pp, self.executor, binding=self.cpu_binding,
+                                              block_bytes_per_rank=self._block_bytes),
             "engine": {"url": self.engine_url, "pid": self.proc.pid if self.proc else None,
                        "scraped": {k: v[k] for k in sorted(v) if k.startswith("vllm:num_") or "usage" in k}},
         }
