@@ -90,7 +90,10 @@ PAPER_ENGINE = dict(max_num_seqs=16384, max_num_batched_tokens=16384, dram_gib=4
 
 
 def run_sets(out: str, duration: float, seeds: int, workers: int | None, cmd: str, paper: bool = False,
-             sets: list[str] | None = None) -> list[dict]:
+             sets: list[str] | None = None, rerun: str | None = None) -> list[dict]:
+    """The grid of every set; with ``rerun``, only that policy's runs are made again and the others are read
+    back from the set's JSON (every run is deterministic for its seed, so this equals a full run when only
+    that policy changed)."""
     checks = []
     for name, (model, workload, arrival, rps) in SETS.items():
         if sets and name not in sets:
@@ -98,7 +101,13 @@ def run_sets(out: str, duration: float, seeds: int, workers: int | None, cmd: st
         base = RunSpec(policy="vllm", rps=1.0, seed=0, workload=workload, arrival=arrival, model=model,
                        duration_s=duration, **(PAPER_ENGINE if paper else {}))
         name = f"{name}_paper_engine" if paper else name
-        runs = run_grid(grid(base, POLICIES, rps, seeds), workers)
+        if rerun:
+            with open(os.path.join(out, f"v2_grid_{name}.json")) as fh:
+                kept = [r for r in json.load(fh)["runs"] if r["policy"] != rerun]
+            runs = kept + run_grid(grid(base, [rerun], rps, seeds), workers)
+            runs.sort(key=lambda r: (POLICIES.index(r["policy"]), r["rps"], r["seed"]))
+        else:
+            runs = run_grid(grid(base, POLICIES, rps, seeds), workers)
         summary = summarise(runs)
         png = os.path.join(out, f"v2_grid_{name}.png")
         engine = "paper engine 16384/16384, 400 GiB DRAM" if paper else "max_num_seqs 256, 8192 tokens"
@@ -170,11 +179,13 @@ def main() -> None:
     ap.add_argument("--only", choices=("grid", "ablation"), default=None)
     ap.add_argument("--paper-engine", action="store_true", help="the paper's engine settings (design §6)")
     ap.add_argument("--sets", default="", help="comma-separated sets (default: all)")
+    ap.add_argument("--rerun", default=None, choices=POLICIES,
+                    help="run only this policy again; the others' runs are read from the existing grid JSON")
     a = ap.parse_args()
     cmd = "python bench/rotasched_v2.py " + " ".join(sys.argv[1:])
     if a.only != "ablation":
         checks = run_sets(a.out, a.duration, a.seeds, a.workers, cmd, a.paper_engine,
-                          [x for x in a.sets.split(",") if x])
+                          [x for x in a.sets.split(",") if x], a.rerun)
         _save(a.out, "v2_targets_paper_engine" if a.paper_engine else "v2_targets", {"command": cmd, "checks": checks})
         for c in checks:
             for p in c["points"]:
