@@ -25,6 +25,8 @@ $(STAMP): pyproject.toml Makefile
 run: $(STAMP)
 	@echo "superinferd: control API on http://127.0.0.1:8780 -- look at /v1/state, /metrics, /docs"
 	@echo "             (API token for PUT /v1/params: .superinfer-state/api-token)"
+	@echo "dashboard:   in a second terminal: $(VENV)/bin/superinferd top --state-dir .superinfer-state"
+	@echo "             (a busier twin: $(VENV)/bin/superinferd start --profile demo --state-dir .superinfer-state)"
 	$(VENV)/bin/superinferd start --profile chat --state-dir .superinfer-state
 
 # The simulator's policy comparison at a loaded point (about a minute).

@@ -65,14 +65,19 @@ class Actions:
     def _freeze(self, freeze: bool) -> None:
         async def go() -> None:
             try:
-                await self.source.client.put_tuner({"freeze": freeze})
+                status = await self.source.client.put_tuner({"freeze": freeze})
             except ApiError as exc:
                 self.say(f"tuner refused, HTTP {exc.status}: {exc.message}", "error")
                 return
             except Unreachable as exc:
                 self.say(f"daemon unreachable: {exc.reason}", "error")
                 return
-            self.say("tuner frozen" if freeze else "tuner unfrozen")
+            frozen = bool(status.get("frozen")) if isinstance(status, dict) else freeze
+            if frozen == freeze:
+                self.say("tuner frozen" if freeze else "tuner unfrozen")
+            else:  # the tuner's own guards decide too (e.g. it freezes itself under low load)
+                self.say(f"sent; the tuner is {'frozen' if frozen else 'not frozen'}: "
+                         f"{status.get('frozen_reason') or 'no reason given'}", "warn")
             self._wake.set()
 
         self.run_worker(go(), exclusive=True, group="freeze")

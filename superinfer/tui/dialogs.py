@@ -195,18 +195,19 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(yes)
 
 
-HELP = """\
-q quit · space or Z pause/resume · r poll now · + / - poll interval
-tab / shift+tab or ↑ ↓ choose a tenant (its "why" line is under the table)
-e edit a scheduler parameter (type and bounds checked, old → new confirmed, sent with the API token)
-f freeze / unfreeze the online tuner (confirmed)
-l the full event log · s save the current state JSON to the working directory · ? this help
-
-Verdicts: BREACH below the target attainment T (the daemon's tuner.target_attainment), WARN from T up to
-halfway to 100 %, OK above; a tenant's word is the worse of TTFT and both-SLO attainment. A window with
-fewer than 10 requests (100 gaps) is not judged: "—". P50 over the SLO is red, P99 over it yellow.
-Sparklines have fixed tops (running: max_num_seqs; others grow in 1-2-5 steps and never shrink).
-Read-only (--read-only, or no readable token) greys out e and f."""
+HELP = "\n".join([
+    "q quit · space or Z pause/resume · r poll now · + / - poll interval",
+    "tab / shift+tab or ↑ ↓ choose a tenant (its \"why\" line is under the table)",
+    "e edit a scheduler parameter: type and bounds checked, old → new confirmed, sent with the API token",
+    "f freeze / unfreeze the online tuner (confirmed)",
+    "l the full event log · s save the current state JSON in the working directory · ? this help",
+    "",
+    "Verdicts: BREACH below the target attainment T (the daemon's tuner.target_attainment), WARN from T up to "
+    "halfway to 100 %, OK above; a tenant's word is the worse of its TTFT and both-SLO attainment. A window with "
+    "fewer than 10 requests (100 gaps) is not judged: \"—\". P50 over the SLO is red, P99 over it yellow.",
+    "Sparklines have fixed tops: running's is max_num_seqs; the others grow in 1-2-5 steps and never shrink.",
+    "Read-only (--read-only, or no readable token) greys out e and f.",
+])
 
 
 class HelpScreen(ModalScreen[None]):
@@ -235,7 +236,9 @@ class LogScreen(ModalScreen[None]):
             yield Static(self.lines)
 
     def on_mount(self) -> None:
-        self.query_one("#log", VerticalScroll).scroll_end(animate=False)
+        log = self.query_one("#log", VerticalScroll)
+        log.border_title = "event log (oldest first) · ↑↓ scroll · esc closes"
+        log.scroll_end(animate=False)
 
     def action_close(self) -> None:
         self.dismiss(None)
