@@ -27,7 +27,7 @@ from superinfer.tui.actions import Actions
 from superinfer.tui.fmt import fit
 from superinfer.tui.source import LiveSource, Poll, ReplaySource, backoff_s
 from superinfer.tui.status import Session, banner, header
-from superinfer.tui.tenants import TenantTable
+from superinfer.tui.tenants import TenantTable, layout_for
 from superinfer.tui.tracker import Tracker
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
@@ -146,6 +146,10 @@ class TopApp(Actions, App[None]):
         self._now = poll.t
         if isinstance(self.source, LiveSource):
             self.session.url = self.source.target.url
+            reason = self.source.target.read_only_reason  # a token can appear (first start) or vanish
+            if reason != self.session.read_only_reason:
+                self.session.read_only_reason = reason
+                self.refresh_bindings()
         if poll.state is None:
             retry = None if self.source.replay else backoff_s(self.session.interval_s, self.source.failures)
             self.tracker.lost(poll.error or "no answer", poll.t, retry)
@@ -179,7 +183,7 @@ class TopApp(Actions, App[None]):
         self._render_status()
         tr, now = self.tracker, self.now()
         table = self.main.query_one(TenantTable)
-        table.update_from(tr, now, self.compact)
+        table.update_from(tr, now, layout_for(self.size.width))
         n = min(max(len((tr.state or {}).get("tenants") or {}), 1), MAX_TENANT_ROWS)
         self.main.query_one("#tenants-box").styles.height = n + 4  # borders, column header, rows, why
         sel = table.selected
@@ -201,7 +205,7 @@ class TopApp(Actions, App[None]):
         self.main.query_one("#params", Static).update(panels.params(tr, now, w - 4 if self.compact else third,
                                                                meta_first=self.compact))
         self.main.query_one("#tuner", Static).update(panels.tuner(tr, now, third))
-        self.main.query_one("#ranking", Static).update(panels.ranking(tr))
+        self.main.query_one("#ranking", Static).update(panels.ranking(tr, width=third))
         events = self.main.query_one("#events", Static)
         events.update(panels.events(tr, max(1, events.size.height - 2 if events.size.height else 8), w - 4))
 

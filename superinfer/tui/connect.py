@@ -30,11 +30,11 @@ class NotRunning(Exception):
         self.reason = reason
 
 
-def default_state_dir() -> Path:
+def default_state_dir(env: dict[str, str] | None = None) -> Path:
     """The daemon's default state directory (``superinferd start`` without ``--state-dir``)."""
     from superinfer.daemon.config import default_state_dir as daemon_default
 
-    return Path(daemon_default()[0])
+    return Path(daemon_default(env)[0])
 
 
 @dataclass
@@ -121,7 +121,7 @@ def resolve_target(url: str | None = None, state_dir: str | os.PathLike[str] | N
     elif env.get(ENV_STATE_DIR):
         t.state_dir = Path(env[ENV_STATE_DIR]).expanduser()
     elif not (url or env.get(ENV_URL)):
-        t.state_dir = default_state_dir()
+        t.state_dir = default_state_dir(env)
     if url:
         t.url, t.url_source, t.url_fixed = url.rstrip("/"), "--url", True
     elif env.get(ENV_URL):
@@ -137,7 +137,7 @@ def resolve_target(url: str | None = None, state_dir: str | os.PathLike[str] | N
         t.token_from_dir(t.state_dir)
     else:
         t.read_only_reason = f"no API token: pass --token-file, set ${ENV_TOKEN} or --state-dir"
-        home = default_state_dir()
+        home = default_state_dir(env)
         info = _read_runtime(home)
         if info and str(info.get("url", "")).rstrip("/") == t.url:  # --url names the local default daemon
             t.token_from_dir(home)

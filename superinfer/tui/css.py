@@ -19,7 +19,7 @@ Screen { layout: vertical; }
 #body.stale #tenants { text-opacity: 45%; }
 .panel { border: round $primary-darken-1; border-title-color: $text; padding: 0 1; }
 #tenants-box { height: 8; padding: 0 0; }
-#tenants { height: 1fr; scrollbar-size-vertical: 0; }
+#tenants { height: 1fr; scrollbar-size-vertical: 0; scrollbar-size-horizontal: 0; }
 #why { height: 1; padding: 0 1; }
 #row1 { height: 6; }
 #row1 > .panel { width: 1fr; height: 100%; }

@@ -164,7 +164,7 @@ def params(tr: Tracker, now: float, width: int = 40, meta_first: bool = False) -
     out.append_text(meta if meta_first else body)
     out.append("\n")
     out.append_text(body if meta_first else meta)
-    return out
+    return fit(out, width)
 
 
 def tuner(tr: Tracker, now: float, width: int = 36) -> RenderableType:
@@ -200,13 +200,19 @@ def tuner(tr: Tracker, now: float, width: int = 36) -> RenderableType:
     return fit(out, width)
 
 
-def ranking(tr: Tracker, rows: int = 6) -> RenderableType:
-    """The top of the last plan's VLT ranking (what LVF serves first)."""
-    g = _grid(5, 7, 7, 7, 5)
+SHORT_PHASE = {"waiting": "wait", "rotary": "rotary", "running": "run"}
+
+
+def ranking(tr: Tracker, rows: int = 6, width: int = 36) -> RenderableType:
+    """The top of the last plan's VLT ranking (what LVF serves first); phases shortened when narrow."""
+    short = width < 35
+    g = _grid(5, 7, 6 if short else 7, 7, 5)
     g.add_row(*(Text(h, style="bold dim") for h in ("req", "tenant", "phase", "VLT", "age")))
     for r in ((tr.state or {}).get("ranking") or [])[:rows]:
         vlt = num(r.get("vlt_s"))
-        g.add_row(Text(f"#{r.get('req_id')}"), Text(str(r.get("tenant") or DASH)), Text(str(r.get("phase") or DASH)),
+        phase = str(r.get("phase") or DASH)
+        g.add_row(Text(f"#{r.get('req_id')}"), Text(str(r.get("tenant") or DASH)),
+                  Text(SHORT_PHASE.get(phase, phase) if short else phase),
                   Text(_vlt(vlt), style="red" if (vlt or 0) > 0 else "", justify="right"),
                   Text(duration(r.get("age_s")), justify="right"))
     return g

@@ -3,7 +3,8 @@
 Columns (wide): the verdict word beside its colour, the tenant's SLOs, requests/finished in the window,
 TTFT attainment, TBT attainment per request and per gap, both-SLO attainment, TTFT and gap P50/P99
 against the SLO, rotations per finished request, and the trend of the both-SLO attainment. The compact
-layout (narrow terminals) keeps the verdict, counts, TTFT and both-SLO attainment, the P99s and the trend.
+layout (narrow terminals) keeps the verdict, counts, TTFT and both-SLO attainment, the P99s and the trend;
+the medium one sits between.
 """
 
 from __future__ import annotations
@@ -20,8 +21,17 @@ from superinfer.tui.tracker import Tracker
 WIDE = (("tenant", "tenant"), ("verdict", "verdict"), ("slo", "SLO ttft/tbt"), ("n", "req/fin"),
         ("ttft", "TTFT%"), ("tbt", "TBT%"), ("gap", "gap%"), ("both", "both%"), ("ttft_p", "TTFT p50/p99"),
         ("gap_p", "gap p50/p99"), ("rot", "rot/fin"), ("trend", "trend"))
+MEDIUM = (("tenant", "tenant"), ("verdict", "verdict"), ("n", "req/fin"), ("ttft", "TTFT%"), ("tbt", "TBT%"),
+          ("both", "both%"), ("ttft_p", "TTFT p50/p99"), ("gap_p", "gap p50/p99"), ("trend", "trend"))
 COMPACT = (("tenant", "tenant"), ("verdict", "verdict"), ("n", "req/fin"), ("ttft", "TTFT%"), ("both", "both%"),
            ("ttft_p", "TTFT p99"), ("gap_p", "gap p99"), ("trend", "trend"))
+#: columns by layout; the app picks one by terminal width (:func:`layout_for`)
+LAYOUTS = {"wide": WIDE, "medium": MEDIUM, "compact": COMPACT}
+
+
+def layout_for(width: int) -> str:
+    """The widest column set that fits ``width`` terminal columns."""
+    return "wide" if width >= 118 else "medium" if width >= 96 else "compact"
 
 
 def _share(x: Any, verdict: str) -> Text:
@@ -43,12 +53,13 @@ def _pair(p50: Any, p99: Any, slo: Any, compact: bool) -> Text:
     return t
 
 
-def tenant_cells(tr: Tracker, name: str, now: float, compact: bool) -> dict[str, Text]:
+def tenant_cells(tr: Tracker, name: str, now: float, layout: str) -> dict[str, Text]:
     """The cells of ``name``'s row, by column key (a pure function of the tracker)."""
     t = ((tr.state or {}).get("tenants") or {}).get(name) or {}
     w = t.get("window") or {}
     d = tr.tenant(name, now)
     verdict = d["verdict"]
+    compact = layout == "compact"
     cells = {
         "tenant": Text(name, style="bold"),
         "verdict": Text(f"{VERDICT_MARK[verdict]} {verdict}", style=VERDICT_STYLE[verdict]),
@@ -75,15 +86,15 @@ class TenantTable(DataTable):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, show_cursor=True, **kwargs)
-        self._compact: bool | None = None
+        self._layout: str | None = None
         self._cells: dict[tuple[str, str], str] = {}
 
-    def _columns(self, compact: bool) -> None:
+    def _columns(self, layout: str) -> None:
         self.clear(columns=True)
         self._cells.clear()
-        for key, label in COMPACT if compact else WIDE:
+        for key, label in LAYOUTS[layout]:
             self.add_column(Text(label, style="bold"), key=key)
-        self._compact = compact
+        self._layout = layout
 
     @property
     def selected(self) -> str | None:
@@ -95,10 +106,10 @@ class TenantTable(DataTable):
         except Exception:  # noqa: BLE001 - no row under the cursor
             return None
 
-    def update_from(self, tr: Tracker, now: float, compact: bool) -> None:
-        if compact != self._compact:
+    def update_from(self, tr: Tracker, now: float, layout: str) -> None:
+        if layout != self._layout:
             selected = self.selected
-            self._columns(compact)
+            self._columns(layout)
             if selected:
                 self._cells[("", "select")] = selected
         names = list(((tr.state or {}).get("tenants") or {}))
@@ -107,9 +118,9 @@ class TenantTable(DataTable):
                 self.remove_row(key)
                 for col, _ in WIDE:
                     self._cells.pop((key, col), None)
-        columns = COMPACT if compact else WIDE
+        columns = LAYOUTS[layout]
         for name in names:
-            cells = tenant_cells(tr, name, now, compact)
+            cells = tenant_cells(tr, name, now, layout)
             if name not in {str(k.value) for k in self.rows}:
                 self.add_row(*(cells[c] for c, _ in columns), key=name)
                 for c, _ in columns:

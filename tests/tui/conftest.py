@@ -34,9 +34,10 @@ async def wait_for(pilot: Pilot, cond: Callable[[], object], timeout: float = 20
     pytest.fail(f"timed out after {timeout} s waiting for {what or cond}:\n{screen_text(pilot.app)}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def daemon(tmp_path_factory: pytest.TempPathFactory):
-    """One sim daemon (loopback, free port, the daemon tests' small profile) for a module's tests."""
+    """One sim daemon (loopback, free port, the daemon tests' small profile, no replay) shared by the
+    dashboard's tests; it is stopped (SIGTERM, drained) at the end of the session."""
     tmp: Path = tmp_path_factory.mktemp("tui-daemon")
     d: DaemonProc = start_daemon(tmp)
     yield d
