@@ -45,6 +45,7 @@ class LazyGroup(click.Group):
         "status": "superinfer.daemon.cli:status",
         "config": "superinfer.daemon.cli:config",
         "plan": "superinfer.sim.plan_cli:plan",
+        "tune": "superinfer.daemon.tune_cli:tune",
         "top": "superinfer.tui.cli:top",
     },
 )
@@ -62,6 +63,7 @@ def main() -> None:
         "kv": "superinfer.duplexkv.cli:bench_kv",
         "vllm": "superinfer.vllm.bench:bench_vllm",
         "fidelity": "superinfer.vllm.fidelity:bench_fidelity",
+        "tuner": "superinfer.tuner.bench.cli:bench_tuner",
     },
 )
 def bench() -> None:

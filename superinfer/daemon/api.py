@@ -1,7 +1,8 @@
 """The control API (FastAPI). Field names are a contract with the TUI and the tuner: docs/daemon.md.
 
 Routes: ``GET /healthz``, ``GET /v1/state``, ``GET /v1/params``, ``PUT /v1/params`` (bearer token),
-``GET /v1/config``, ``GET /metrics``, the OpenAPI schema at ``/openapi.json`` (docs at ``/docs``), plus
+``GET /v1/tuner``, ``PUT /v1/tuner`` (bearer token; ``superinfer.daemon.api_tuner``), ``GET /v1/config``,
+``GET /metrics``, the OpenAPI schema at ``/openapi.json`` (docs at ``/docs``), plus
 the backend's OpenAI routes (``/v1/completions``, ``/v1/models``, ...). Errors are
 ``{"error": {"message", "type", "code", ...}}``. Invariants: mutating calls are refused with 401 unless
 ``Authorization: Bearer <state-dir/api-token>``; a bad request never changes anything; a failing
@@ -17,12 +18,13 @@ from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from superinfer import __version__
+from superinfer.daemon.api_tuner import register_tuner_routes
 from superinfer.daemon.backends.base import Backend, Host
 from superinfer.daemon.httputil import HttpError, error, json_body
 from superinfer.daemon.metrics import CONTENT_TYPE_LATEST
+from superinfer.daemon.openapi import METRICS_RESPONSE, errors
 from superinfer.daemon.params import BOUNDS, INTEGER_KEYS, ParamError
 from superinfer.daemon.schema import SCHEMA
 from superinfer.daemon.wire import STATE_SCHEMA_VERSION
@@ -47,22 +49,22 @@ class ControlHost(Host, Protocol):
 
     def state(self) -> dict[str, Any]: ...
 
+    @property
+    def tuner(self) -> Any: ...
 
-def _params_update_model() -> type[BaseModel]:
+
+def params_update_schema() -> dict[str, Any]:
     """Body of ``PUT /v1/params`` (for the OpenAPI schema; :func:`validate_update` is what checks a body):
-    any subset of every live knob of the core (bounds as in ``superinfer.core.PARAM_BOUNDS``) and
-    ``b_xfer``."""
+    any subset (``{}`` changes nothing) of every live knob of the core (bounds as in
+    ``superinfer.core.PARAM_BOUNDS``) and ``b_xfer``; integers where the knob is one, never null."""
     help = {**{k: v.help for k, v in SCHEMA["scheduler"].items() if k in BOUNDS},
             "b_xfer": "blocks per iteration per direction"}
-    fields: dict[str, Any] = {
-        key: (int | None if key in INTEGER_KEYS else float | None,
-              Field(None, ge=lo, le=hi, description=help.get(key)))
-        for key, (lo, hi) in BOUNDS.items()}
-    return create_model("ParamsUpdate", __config__=ConfigDict(extra="forbid"),
-                        __doc__=_params_update_model.__doc__, **fields)
+    props = {key: {"type": "integer" if key in INTEGER_KEYS else "number", "minimum": lo, "maximum": hi,
+                   "description": help.get(key, key)} for key, (lo, hi) in BOUNDS.items()}
+    return {"title": "ParamsUpdate", "type": "object", "additionalProperties": False, "properties": props}
 
 
-ParamsUpdate = _params_update_model()
+PARAMS_UPDATE_SCHEMA = params_update_schema()
 
 
 def _authorized(request: Request, token: str) -> bool:
@@ -105,8 +107,9 @@ def build_app(daemon: ControlHost) -> FastAPI:
     @app.put("/v1/params", tags=["control"], summary="Change live parameters (bearer token); applied from "
              "the next iteration, no restart",
              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                 "schema": ParamsUpdate.model_json_schema()}}},
-                 "security": [{"bearer": []}]})
+                 "schema": PARAMS_UPDATE_SCHEMA}}},
+                 "security": [{"bearer": []}]},
+             responses=errors(400, 401, 422))
     async def put_params(request: Request) -> JSONResponse:
         if not _authorized(request, daemon.token):
             return error(401, "missing or wrong bearer token (see <state-dir>/api-token)", "unauthorized",
@@ -126,11 +129,13 @@ def build_app(daemon: ControlHost) -> FastAPI:
     async def config() -> dict[str, Any]:
         return daemon.cfg.as_dict()
 
-    @app.get("/metrics", tags=["control"], summary="Prometheus metrics (text format)")
+    @app.get("/metrics", tags=["control"], summary="Prometheus metrics (text format)", response_class=Response,
+             responses=METRICS_RESPONSE)
     async def metrics() -> Response:
         daemon.metrics.inflight.set(daemon.backend.inflight())
         return Response(daemon.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    register_tuner_routes(app, daemon, _authorized)
     original = app.openapi
 
     def openapi() -> dict[str, Any]:

@@ -3,7 +3,10 @@
 Invariants: :attr:`ParamStore.values` always passed :func:`validate_update` (bounds from
 ``superinfer.core.PARAM_BOUNDS``; ``b_xfer`` within :data:`B_XFER_BOUNDS`); ``version`` increases by one
 per accepted change; every accepted change is written to the params file atomically (temporary file +
-``os.replace``) in the format of ``superinfer/vllm/params.py`` before listeners are told.
+``os.replace``) in the format of ``superinfer/vllm/params.py`` before listeners are told; then observers
+are told the values, the change's source and its version (the tuner tells an operator's write from its
+own this way). An empty update changes nothing (no new version) and is not an error: ``PUT /v1/params
+{}`` is a valid no-op.
 
 The live-tunable knobs are exactly the keys of ``PARAM_BOUNDS`` (:data:`PARAM_KEYS`); their defaults and
 which of them are integers come from the fields of :class:`~superinfer.core.Params`. Every other daemon
@@ -79,6 +82,7 @@ class ParamStore:
         self.source = source
         self.updated_at = time.time()
         self.listeners: list[Callable[[dict[str, float | int]], None]] = []
+        self.observers: list[Callable[[dict[str, float | int], str, int], None]] = []
         self._write()
 
     def params(self) -> Params:
@@ -92,6 +96,8 @@ class ParamStore:
 
     def update(self, update: Any, source: str) -> dict[str, Any]:
         """Validate and apply; raises :class:`ParamError`. Returns :meth:`snapshot`."""
+        if isinstance(update, dict) and not update:
+            return self.snapshot()
         changes = validate_update(update)
         with self._lock:
             self.values = {**self.values, **changes}
@@ -100,8 +106,11 @@ class ParamStore:
             self.updated_at = time.time()
             self._write()
             values = dict(self.values)
+            version = self.version
         for fn in self.listeners:
             fn(values)
+        for obs in self.observers:
+            obs(values, source, version)
         return self.snapshot()
 
     def file_data(self) -> dict[str, Any]:

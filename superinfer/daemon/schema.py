@@ -16,11 +16,13 @@ from typing import Any
 
 from superinfer.core import ENGINE_POLICIES, PARAM_BOUNDS
 from superinfer.daemon.params import INTEGER_PARAM_KEYS, PARAM_DEFAULTS, PARAM_KEYS
+from superinfer.tuner.space import DEFAULT_KNOBS as TUNER_KNOBS
 
 
 @dataclass(frozen=True)
 class Key:
-    """One setting. ``kind``: int, float, bool, str, choice or b_xfer (the string "auto" or an int >= 0)."""
+    """One setting. ``kind``: int, float, bool, str, choice, b_xfer (the string "auto" or an int >= 0), knobs
+    (a list of knob names of ``PARAM_BOUNDS``) or caps (a table knob name -> number > 0)."""
 
     kind: str
     default: Any
@@ -36,6 +38,10 @@ class Key:
             return "one of " + ", ".join(repr(c) for c in self.choices)
         if self.kind == "b_xfer":
             return "\"auto\" or an integer >= 0 (blocks per iteration per direction)"
+        if self.kind == "knobs":
+            return "a non-empty list of knob names (" + ", ".join(PARAM_KEYS) + ")"
+        if self.kind == "caps":
+            return "a table of knob name = number > 0 (knobs: " + ", ".join(PARAM_KEYS) + ")"
         what = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}[self.kind]
         if self.lo is not None and self.hi is not None and not self.lo_open:
             return f"{what} within [{_num(self.lo)}, {_num(self.hi)}]"
@@ -122,11 +128,25 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "eta": Key("float", 0.8, "share of an iteration copies may use", 0, 1, lo_open=True),
     },
     "tuner": {
-        "enabled": Key("bool", False, "run the online tuner (it writes params through PUT /v1/params)"),
-        "interval_s": Key("float", 60.0, "seconds between tuner decisions", 0, 86400, lo_open=True),
-        "min_samples": Key("int", 200, "finished requests per decision", 1, 1 << 30),
-        "target_attainment": Key("float", 0.9, "SLO attainment the tuner aims for", 0, 1, lo_open=True),
-        "storage": Key("str", "", "tuner study storage; empty: <state-dir>/tuner.db"),
+        "mode": Key("choice", "off", "online tuner: off; shadow (decides and logs, writes nothing); advise (also "
+                    "publishes its candidate); auto (runs trials, writes params as source 'tuner')",
+                    choices=("off", "shadow", "advise", "auto")),
+        "window_s": Key("float", 120.0, "measurement window (s of arrivals)", 0, 86400, lo_open=True),
+        "warmup_s": Key("float", 20.0, "after each change, arrivals this long are not counted (s)", 0, 3600),
+        "min_requests": Key("int", 200, "decided requests a window needs (fewer: low load, frozen)", 1, 1 << 30),
+        "cooldown_s": Key("float", 60.0, "after a decision, no new trial before this (s)", 0, 86400),
+        "trust_region": Key("float", 0.5, "initial radius of local steps, as a share of the step caps", 0, 1, lo_open=True),
+        "knobs": Key("knobs", tuple(TUNER_KNOBS), "the knobs the tuner moves (names from [scheduler])"),
+        "step_caps": Key("caps", {}, "most one decision moves a knob, e.g. {step_slo_share = 0.5}; unset knobs: "
+                         "the tuner's defaults"),
+        "guard_margin": Key("float", 0.05, "roll back when a tenant's attainment is significantly more than this "
+                            "below the incumbent's", 0, 1),
+        "alpha": Key("float", 0.05, "one-sided level of the accept test", 0, 0.5, lo_open=True),
+        "max_rollbacks_per_hour": Key("int", 3, "freeze after this many rollbacks in an hour", 1, 1000),
+        "arms_file": Key("str", "", "arms from `superinferd tune` (per-phase settings); empty: none"),
+        "storage": Key("str", "", "Optuna storage of the online local search: sqlite:///..., postgresql://..., "
+                       "journal:PATH, memory; empty: sqlite in <state-dir>/tuner.db"),
+        "seed": Key("int", 0, "seed of the bandit and the local search", 0, 1 << 31),
     },
     "sim": {
         "workload": Key("str", "chat", "twin replay: synthetic name (chat, code, sharegpt, lmsys, long-context) or trace path"),
@@ -160,6 +180,16 @@ class SchemaError(ValueError):
 def check_value(key: Key, value: Any) -> Any:
     """Return ``value`` (ints widened to float for float keys) or raise :class:`SchemaError`."""
     kind = key.kind
+    if kind == "knobs":
+        if isinstance(value, str) or not isinstance(value, (list, tuple)) or not value or \
+                any(not isinstance(k, str) or k not in PARAM_KEYS for k in value) or len(set(value)) != len(value):
+            raise SchemaError(key.expected(), value)
+        return tuple(value)
+    if kind == "caps":
+        if not isinstance(value, dict) or any(k not in PARAM_KEYS or isinstance(v, bool) or not isinstance(v, (int, float))
+                                              or not math.isfinite(v) or v <= 0 for k, v in value.items()):
+            raise SchemaError(key.expected(), value)
+        return {k: float(v) for k, v in value.items()}
     if kind == "b_xfer":
         if value == "auto":
             return value
@@ -202,6 +232,10 @@ def parse_text(key: Key, text: str) -> Any:
             value = low in ("1", "true", "yes", "on")
         elif key.kind == "b_xfer":
             value = text if text == "auto" else int(text)
+        elif key.kind == "knobs":
+            value = [k.strip() for k in text.split(",") if k.strip()]
+        elif key.kind == "caps":
+            value = {k.strip(): float(v) for k, _, v in (item.partition("=") for item in text.split(",") if item.strip())}
         else:
             value = text
     except ValueError:

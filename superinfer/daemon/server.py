@@ -33,6 +33,8 @@ from superinfer.daemon.notify import Notifier, watchdog_interval_s
 from superinfer.daemon.params import ParamStore
 from superinfer.daemon.startup import initial_params, persist, probe_bandwidth
 from superinfer.daemon.stats import SloWindow
+from superinfer.daemon.tuner_metrics import TunerMetrics
+from superinfer.daemon.tuning import TunerError, TunerService
 from superinfer.daemon.wire import STATE_SCHEMA_VERSION
 
 log = logging.getLogger("superinfer.daemon")
@@ -66,6 +68,7 @@ class Daemon:
         self.token = ""
         self.probe: dict[str, Any] | None = None
         self.store: ParamStore
+        self.tuner: TunerService | None = None  # set by run() once the store exists
         self.metrics = DaemonMetrics([t.name for t in cfg.tenants], backend=backend.name, profile=cfg.profile,
                                      model=backend.model_name(), simulation=backend.simulation)
         self.slo = SloWindow([t.name for t in cfg.tenants], cfg.get("slo", "window_s"))
@@ -108,6 +111,7 @@ class Daemon:
             "probe": self.probe,
             "slo_window_s": self.slo.window_s,
             "tenants": tenants,
+            "tuner": self.tuner.status() if self.tuner is not None else None,
         }
         out.update(b.engine_state())
         return out
@@ -198,6 +202,11 @@ class Serving:
         self._settle_start()
         if self.stop.is_set():
             return False
+        if self.daemon.tuner is not None and self.daemon.ready and not self.daemon.draining:
+            try:
+                self.daemon.tuner.tick()
+            except Exception:  # noqa: BLE001 - a tuner bug must not stop serving; it is logged
+                log.exception("tuner tick failed")
         health = self.daemon.health()
         if health in ("ok", "starting") and self.notifier.enabled:
             self.notifier.watchdog()
@@ -239,6 +248,8 @@ class Serving:
             self.start_task.cancel()
             with contextlib.suppress(BaseException):
                 await self.start_task
+        if d.tuner is not None:
+            d.tuner.stop()  # a running trial is written back before the params are persisted
         d.backend.stop_admission()
         drain = None
         try:
@@ -280,6 +291,10 @@ def run(cfg: Config) -> int:
         daemon.store.listeners.append(backend.on_params)
         daemon.store.listeners.append(lambda v: daemon.metrics.set_params(v, int(v["b_xfer"]), daemon.store.version))
         daemon.metrics.set_params(daemon.store.values, int(daemon.store.values["b_xfer"]), daemon.store.version)
+        try:
+            daemon.tuner = TunerService(cfg, daemon.store, TunerMetrics(daemon.metrics.registry, cfg.get("tuner", "knobs")))
+        except (TunerError, ValueError) as exc:
+            raise StartError(f"configuration error: {exc}", code=2) from None
         return asyncio.run(serve(daemon))
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -78,13 +78,15 @@ class Controller(OperatorControls, TrafficTracking):
         self.baseline: Window | None = None
         self.baseline_epoch = -1
         self.proposable = False
-        self.obs: Window | None = self.m.open(now, cfg.classify_slots * cfg.slot_s, "baseline")
+        self.obs: Window | None = None  # opened at the first arrival (the traffic's start is a change too)
+        self.started = False
         self.changed_at = now
         self.cooldown_until = now
         self.epoch = 0
         self.phase: str | None = None
         self.phase_slots: list[dict[str, float]] = []
         self.pending_classify: int | None = cfg.classify_slots  # at start, as after a change: name, jump
+        self.classify_tries = 0
         self.recent: deque[dict[str, float]] = deque(maxlen=max(1, int(math.ceil(cfg.window_s / cfg.slot_s))))
         self.counts = {"trials": {}, "rollbacks": {}, "phase_changes": 0, "windows": 0}
         self.objective: dict[str, float | None] = {"incumbent": None, "candidate": None}
@@ -94,6 +96,9 @@ class Controller(OperatorControls, TrafficTracking):
 
     # ---- the feed (see superinfer.tuner.objective for what each means) ----------------------------
     def arrival(self, t: float, tenant: str, prompt_tokens: int) -> None:
+        if not self.started:
+            self.started = True
+            self.obs = self.m.open(t, self.cfg.classify_slots * self.cfg.slot_s, "baseline")
         self.m.arrival(t, tenant, prompt_tokens)
 
     def first_token(self, t_arr: float, tenant: str, ttft_ok: bool) -> None:
@@ -128,6 +133,9 @@ class Controller(OperatorControls, TrafficTracking):
             self._end_trial(now, "abort", f"frozen ({self.freeze.reason(now)})", write_back=True, gain=None)
 
     def _observe(self, now: float) -> None:
+        if not self.started:
+            self.state = "frozen" if self.freeze.reason(now) else "observe"
+            return
         if self.obs is None:
             self.obs = self.m.open(max(now, self.changed_at + self.cfg.warmup_s), self.cfg.window_s, "incumbent")
         if self.m.evaluable(self.obs, now) and self.pending_classify is None:
@@ -193,7 +201,10 @@ class Controller(OperatorControls, TrafficTracking):
             self.obs = None  # the baseline keeps collecting outcomes until the trial ends
         self._apply(now, target)
         w = self.m.open(now + self.cfg.warmup_s, self.cfg.window_s, "candidate")
-        self.trial = Trial(arm=arm, started=now, window=w, base=base, number=number, previous=dict(self.incumbent))
+        expected = self.arms.robust.score if arm == "arm:robust" and self.arms.robust else \
+            (self.arms.phases[arm[4:]].score if arm.startswith("arm:") and arm[4:] in self.arms.phases else None)
+        self.trial = Trial(arm=arm, started=now, window=w, base=base, number=number, previous=dict(self.incumbent),
+                           expected=expected)
         self.state = "trial"
         self._log(now, "trial", f"{arm}: {why}", target)
 
@@ -203,15 +214,19 @@ class Controller(OperatorControls, TrafficTracking):
         self.state = "trial"
         cand = self.m.score(tr.window, now)
         base = self.m.score(tr.base, now) if tr.base is not None else None
+        if (base is None or base.decided < cfg.guard_min_requests) and tr.expected is not None:
+            low, z = stats.below_expected(cand, tr.expected, cfg.guard_alpha, cfg.guard_margin, cfg.guard_min_requests)
+            if low:
+                self._rollback(now, f"guard: {cand.value:.3f} is below the study's {tr.expected:.3f} for this arm "
+                               f"(z {z:.2f}, margin {cfg.guard_margin}; no baseline in this traffic)", cand, None)
+                return
         if base is not None:
             tenant, z = stats.guard_fires(cand, base, cfg.guard_alpha, cfg.guard_margin, cfg.guard_min_requests)
             if tenant is not None:
-                self.freeze.rolled_back(now)
-                self.counts["rollbacks"]["guard"] = self.counts["rollbacks"].get("guard", 0) + 1
                 ct, bt = cand.tenant(tenant)[0], base.tenant(tenant)[0]
-                self._end_trial(now, "rollback", f"guard: tenant {tenant} at {ct:.3f} vs the incumbent's {bt:.3f} "
-                                f"(z {z:.2f} > {stats.z_quantile(1 - cfg.guard_alpha):.2f}, margin {cfg.guard_margin})",
-                                write_back=True, gain=cand.value - base.value)
+                self._rollback(now, f"guard: tenant {tenant} at {ct:.3f} vs the incumbent's {bt:.3f} "
+                               f"(z {z:.2f} > {stats.z_quantile(1 - cfg.guard_alpha):.2f}, margin {cfg.guard_margin})",
+                               cand, base)
                 return
         if not self.m.evaluable(tr.window, now):
             return
@@ -226,10 +241,11 @@ class Controller(OperatorControls, TrafficTracking):
         self.objective["candidate"] = cand.value
         self.counts["windows"] += 1
         if base is None or base.decided < cfg.min_requests // 2:
-            ok = tr.arm.startswith("arm:")
-            why = (f"offline arm kept on the study's evidence: baseline too small to test "
-                   f"({0 if base is None else base.decided} < {cfg.min_requests // 2})") if ok else "no baseline to test against"
-            self._end_trial(now, "accept" if ok else "reject", why, write_back=not ok, gain=None)
+            low = tr.expected is None or stats.below_expected(cand, tr.expected, cfg.alpha, cfg.noninferiority_margin,
+                                                              cfg.guard_min_requests)[0]
+            why = (f"no baseline in this traffic ({0 if base is None else base.decided} < {cfg.min_requests // 2} "
+                   f"decided); {cand.value:.4f} against the study's {tr.expected} for this arm")
+            self._end_trial(now, "reject" if low else "accept", why, write_back=low, gain=None)
             return
         if tr.arm.startswith("arm:"):
             ok, z = stats.not_worse(cand, base, cfg.alpha, cfg.noninferiority_margin)
@@ -240,6 +256,12 @@ class Controller(OperatorControls, TrafficTracking):
         why = (f"{cand.value:.4f} vs {base.value:.4f} over {cand.decided}/{base.decided} requests, {test} z {z:.2f} "
                f"(one-sided alpha {cfg.alpha})")
         self._end_trial(now, "accept" if ok else "reject", why, write_back=not ok, gain=cand.value - base.value)
+
+    def _rollback(self, now: float, why: str, cand, base) -> None:
+        self.freeze.rolled_back(now)
+        self.counts["rollbacks"]["guard"] = self.counts["rollbacks"].get("guard", 0) + 1
+        gain = None if base is None else cand.value - base.value
+        self._end_trial(now, "rollback", why, write_back=True, gain=gain)
 
     def _end_trial(self, now: float, outcome: str, reason: str, *, write_back: bool, gain: float | None) -> None:
         tr, self.trial = self.trial, None

@@ -34,7 +34,8 @@ class Decision:
 @dataclass
 class Trial:
     """The running trial: which arm, since when, its measurement window, the baseline window it is
-    compared with (None: none yet), the Optuna trial number of a local step, and the incumbent before it."""
+    compared with (None: none yet), the Optuna trial number of a local step, the incumbent before it, and
+    an offline arm's score in its study (what it is held to when there is no baseline)."""
 
     arm: str
     started: float
@@ -42,4 +43,5 @@ class Trial:
     base: Window | None
     number: int | None
     previous: dict[str, float]
+    expected: float | None = None  # an offline arm's score in the study: the reference without a baseline
     extended: bool = False

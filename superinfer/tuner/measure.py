@@ -21,7 +21,9 @@ MIN_SLOT_ARRIVALS = 8  # arrivals a slot needs for its length and tenant feature
 
 
 class Measurements:
-    """Open windows and the current feature slot. ``tenants``: name -> (ttft_slo_s, weight)."""
+    """Open windows and the feature slots (``[origin + k slot_s, origin + (k + 1) slot_s)``, each arrival
+    in the slot of its arrival time, closed in order once the clock passes their end). ``tenants``: name
+    -> (ttft_slo_s, weight)."""
 
     def __init__(self, tenants: Mapping[str, tuple[float, float]], slot_s: float, settle_s: float,
                  max_settle_s: float, now: float) -> None:
@@ -32,7 +34,9 @@ class Measurements:
         self.names = list(tenants)
         self.slot_s, self.settle_s, self.max_settle_s = float(slot_s), float(settle_s), float(max_settle_s)
         self.windows: list[Window] = []
-        self.slot = FeatureSlot(now, self.slot_s)
+        self.origin = float(now)
+        self.next_close = 0  # index of the oldest slot not yet closed
+        self.slots: dict[int, FeatureSlot] = {}
         self.arrivals_total = 0
 
     # ---- the feed -------------------------------------------------------------------------------
@@ -47,8 +51,12 @@ class Measurements:
         w = self._window(t)
         if w is not None:
             w.arrival(tenant, prompt_tokens)
-        if t >= self.slot.start:
-            self.slot.arrival(tenant, prompt_tokens)
+        k = int((t - self.origin) // self.slot_s)
+        if k >= self.next_close:  # an arrival reported after its slot closed is not a feature any more
+            slot = self.slots.get(k)
+            if slot is None:
+                slot = self.slots[k] = FeatureSlot(self.origin + k * self.slot_s, self.slot_s)
+            slot.arrival(tenant, prompt_tokens)
 
     def first_token(self, t_arr: float, tenant: str, ttft_ok: bool) -> None:
         w = self._window(t_arr)
@@ -59,7 +67,6 @@ class Measurements:
         w = self._window(t_arr)
         if w is not None:
             w.finished(tenant, ttft_ok, tbt_ok)
-        self.slot.finished(output_tokens)
 
     # ---- windows --------------------------------------------------------------------------------
     def open(self, start: float, length: float, label: str) -> Window:
@@ -88,10 +95,12 @@ class Measurements:
     def closed_slots(self, now: float) -> list[dict[str, float]]:
         """Close every slot that ended by ``now``; the features of each, oldest first."""
         out = []
-        while now >= self.slot.start + self.slot.length:
-            out.append(self.slot.features(self.names, MIN_SLOT_ARRIVALS))
-            out[-1]["_arrivals"] = float(self.slot.arrivals)
-            self.slot = FeatureSlot(self.slot.start + self.slot.length, self.slot_s)
+        while now >= self.origin + (self.next_close + 1) * self.slot_s:
+            k = self.next_close
+            slot = self.slots.pop(k, None) or FeatureSlot(self.origin + k * self.slot_s, self.slot_s)
+            out.append(slot.features(self.names, MIN_SLOT_ARRIVALS))
+            out[-1]["_arrivals"] = float(slot.arrivals)
+            self.next_close += 1
         return out
 
 

@@ -8,10 +8,12 @@ which requests finish in a slot does depend on the knobs (under overload a setti
 requests first shifts the observed mean; measured: it raised false alarms).
 
 :class:`PageHinkley` runs the two-sided Page-Hinkley test on each feature, scaled by a fixed unit
-(:data:`FEATURE_SCALE`: a change of one unit is "large"): with ``x`` the scaled value and ``mean`` its
+(:data:`FEATURE_SCALE`: a change of one unit is "large"; in slots with few arrivals the unit grows to
+twice the feature's sampling noise, :func:`scale_of`): with ``x`` the scaled value and ``mean`` its
 running mean since the last alarm, ``up = max(0, up + x - mean - delta)`` and ``down = max(0, down +
 mean - x - delta)``; an alarm when either exceeds ``lam``. The statistics start after ``min_slots``
-slots (the first ones only seed the mean). After an alarm every detector restarts, so a new phase is
+slots (the first ones only seed the mean). Slots before the first arrival ever are not fed (a daemon
+starts its tuner before its engine). After an alarm every detector restarts, so a new phase is
 learned from scratch. Slots with fewer than ``min_arrivals`` arrivals are not fed (too noisy; the low
 load freeze covers those stretches), except for the rate, which is well defined at any load.
 
@@ -30,30 +32,36 @@ from dataclasses import dataclass, field
 FEATURE_SCALE: dict[str, float] = {"log_rate": 0.3, "log_prompt": 0.3, "share": 0.15}
 
 
-def scale_of(name: str) -> float:
-    return FEATURE_SCALE["share"] if name.startswith("share:") else FEATURE_SCALE[name]
+#: a feature's noise within one slot of ``n`` arrivals is about ``NOISE[k] / sqrt(n)`` (Poisson counts:
+#: log-count sd 1/sqrt(n); log prompt lengths of the built-in workloads have an sd near 1; a share's sd
+#: is at most 0.5/sqrt(n)); :class:`PageHinkley` never scales a feature below ``NOISE_Z`` times that
+NOISE: dict[str, float] = {"log_rate": 1.0, "log_prompt": 1.0, "share": 0.5}
+NOISE_Z = 2.0
+
+
+def scale_of(name: str, arrivals: float | None = None) -> float:
+    """The unit of feature ``name``: its "large change", or twice its noise in a slot of ``arrivals``."""
+    kind = "share" if name.startswith("share:") else name
+    base = FEATURE_SCALE[kind]
+    if arrivals is None:
+        return base
+    return max(base, NOISE_Z * NOISE[kind] / max(float(arrivals), 1.0) ** 0.5)
 
 
 @dataclass
 class FeatureSlot:
-    """What arrived in ``[start, start + length)``: counts, summed log lengths, tenants."""
+    """What arrived in ``[start, start + length)``: count, summed log prompt lengths, tenants."""
 
     start: float
     length: float
     arrivals: int = 0
     log_prompt_sum: float = 0.0
-    finishes: int = 0
-    log_output_sum: float = 0.0
     tenants: dict[str, int] = field(default_factory=dict)
 
     def arrival(self, tenant: str, prompt_tokens: int) -> None:
         self.arrivals += 1
         self.log_prompt_sum += math.log(max(int(prompt_tokens), 1))
         self.tenants[tenant] = self.tenants.get(tenant, 0) + 1
-
-    def finished(self, output_tokens: int) -> None:
-        self.finishes += 1
-        self.log_output_sum += math.log(max(int(output_tokens), 1))
 
     def features(self, tenant_names: list[str], min_arrivals: int) -> dict[str, float]:
         """The slot's features; only ``log_rate`` when it holds fewer than ``min_arrivals`` arrivals."""
@@ -86,19 +94,22 @@ class PageHinkley:
     def reset(self) -> None:
         self._s.clear()
 
-    def update(self, features: Mapping[str, float]) -> list[str]:
+    def update(self, features: Mapping[str, float], arrivals: float | None = None) -> list[str]:
+        """Feed one slot's features (``arrivals``: how many arrived in it, for the noise floor). The
+        running mean is kept in the feature's own units; each deviation from it is scaled."""
         alarms = []
         for name, value in features.items():
-            x = float(value) / scale_of(name)
+            v = float(value)
             s = self._s.get(name)
             if s is None:
                 s = self._s[name] = _PH()
             s.n += 1
-            s.mean += (x - s.mean) / s.n
+            s.mean += (v - s.mean) / s.n
             if s.n <= self.min_slots:
                 continue
-            s.up = max(0.0, s.up + x - s.mean - self.delta)
-            s.down = max(0.0, s.down + s.mean - x - self.delta)
+            dev = (v - s.mean) / scale_of(name, arrivals)
+            s.up = max(0.0, s.up + dev - self.delta)
+            s.down = max(0.0, s.down - dev - self.delta)
             if s.up > self.lam or s.down > self.lam:
                 alarms.append(name)
         if alarms:

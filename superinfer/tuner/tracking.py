@@ -18,9 +18,11 @@ from superinfer.tuner.phase import mean_features, nearest_phase
 class TrafficTracking:
     def _slots(self, now: float) -> None:
         for f in self.m.closed_slots(now):
-            f.pop("_arrivals", None)
+            n = f.pop("_arrivals", None)
+            if self.m.arrivals_total == 0:
+                continue  # nothing has arrived yet: no traffic to learn from (see superinfer.tuner.phase)
             self.recent.append(f)
-            alarms = self.ph.update(f)
+            alarms = self.ph.update(f, n)
             if alarms:
                 self._phase_change(now, alarms)
                 continue
@@ -30,6 +32,9 @@ class TrafficTracking:
                 if self.pending_classify <= 0:
                     self.pending_classify = None
                     self._classify(now, jump=True)
+                    if self.phase is None and self.classify_tries < 4:  # not named yet: try the next slot
+                        self.classify_tries += 1
+                        self.pending_classify = 1
             elif len(self.phase_slots) % 4 == 0:
                 self._classify(now, jump=False)
 
@@ -44,6 +49,8 @@ class TrafficTracking:
         self.m.close(self.obs)
         self.obs = self.m.open(now, self.cfg.classify_slots * self.cfg.slot_s, "baseline")
         self.pending_classify = self.cfg.classify_slots
+        self.classify_tries = 0
+        self.phase = None
         self._log(now, "phase", "traffic changed: " + ", ".join(alarms))
 
     def _classify(self, now: float, jump: bool) -> None:

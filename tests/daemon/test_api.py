@@ -131,7 +131,9 @@ def test_metrics_names(daemon) -> None:
     for line in samples:
         labels = set(re.findall(r'(\w+)="', line))
         assert labels <= {"tenant", "slo", "phase", "tier", "direction", "mode", "param", "reason", "le",
-                          "backend", "profile", "model", "simulation"}, line
+                          "backend", "profile", "model", "simulation",
+                          # superinfer_tuner_*: bounded by the tuner's own vocabularies
+                          "state", "outcome", "source", "window", "action"}, line
     assert 'superinfer_simulation 1.0' in text
     assert re.search(r'superinfer_time_to_first_token_seconds_count\{tenant="chat"\} [1-9]', text)
     assert re.search(r'superinfer_slo_attained_total\{slo="ttft",tenant="chat"\} [1-9]', text)

@@ -84,7 +84,7 @@ def test_knob_lists_come_from_the_core() -> None:
 def test_every_core_knob_is_accepted_by_every_surface(key: str, tmp_path: Path) -> None:
     """Profile schema, env/--set, Config.params, PUT validation, the store and its params file, the
     plugin's parser, the /metrics gauge, the PUT body schema, state.json, and the bench options."""
-    from superinfer.daemon.api import ParamsUpdate
+    from superinfer.daemon.api import PARAMS_UPDATE_SCHEMA
     from superinfer.daemon.config import resolve
     from superinfer.daemon.metrics import DaemonMetrics
     from superinfer.daemon.schema import SCHEMA
@@ -121,7 +121,7 @@ def test_every_core_knob_is_accepted_by_every_surface(key: str, tmp_path: Path) 
     sample = re.search(rf'^superinfer_scheduler_param{{param="{key}"}} (\S+)$', m.render().decode(), re.M)
     assert sample is not None and float(sample.group(1)) == uv
     # PUT body schema (OpenAPI)
-    prop = ParamsUpdate.model_json_schema()["properties"][key]["anyOf"][0]
+    prop = PARAMS_UPDATE_SCHEMA["properties"][key]
     assert (prop["minimum"], prop["maximum"], prop["type"]) == (lo, hi, "integer" if _is_int(key) else "number")
     # state.json: persisted at shutdown, restored at the next start of the same profile
     state = persist(tmp_path / "state.json", cfg, _Backend(), store, 1.0, None)  # type: ignore[arg-type]

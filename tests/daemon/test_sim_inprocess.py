@@ -32,6 +32,7 @@ class Host:
     slo: SloWindow
     ready: bool = True
     draining: bool = False
+    tuner: object = None
 
 
 def make(tmp_path: Path) -> tuple[SimBackend, Host, FastAPI]:

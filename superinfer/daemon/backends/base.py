@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from superinfer.daemon.metrics import DaemonMetrics
     from superinfer.daemon.params import ParamStore
     from superinfer.daemon.stats import SloWindow
+    from superinfer.daemon.tuning import TunerService
 
 
 class Host(Protocol):
@@ -27,7 +28,9 @@ class Host(Protocol):
     read ``params()``, ``values`` and ``path``; changes arrive through :meth:`Backend.on_params`);
     ``metrics`` the Prometheus families the backend records into; ``slo`` the per-tenant SLO windows
     behind ``/v1/state``; ``ready`` is True once :meth:`Backend.start` returned; ``draining`` is True from
-    the first shutdown signal on (the backend refuses new requests from then on).
+    the first shutdown signal on (the backend refuses new requests from then on); ``tuner`` the online
+    tuner's feed (None when it is off): backends report each request they can time to it (``arrival``,
+    ``first_token``, ``finished``, with the request's arrival on ``time.monotonic()``).
     """
 
     @property
@@ -47,6 +50,9 @@ class Host(Protocol):
 
     @property
     def draining(self) -> bool: ...
+
+    @property
+    def tuner(self) -> TunerService | None: ...
 
 
 class Backend(abc.ABC):

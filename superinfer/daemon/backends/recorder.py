@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from superinfer.core.state import Counters
     from superinfer.daemon.metrics import DaemonMetrics
     from superinfer.daemon.stats import SloWindow
+    from superinfer.daemon.tuning import TunerService
     from superinfer.sim.costmodel import CostModel
     from superinfer.sim.engine import StepResult
 
@@ -118,6 +119,17 @@ class StepRecorder:
             m.observe_finished(names[f.tenant], ok, ttft_ok)
             slo.finished(names[f.tenant], mean, ok, now_m, ttft_ok=ttft_ok)
         self._record_gauges(st, m, lag)
+
+    def feed(self, res: StepResult, tuner: TunerService, t0: float) -> None:
+        """Report the iteration's first tokens and finishes to the online tuner, with arrival times on
+        the monotonic clock (the twin's virtual time plus ``t0``), judged as :meth:`record` judges them."""
+        s = res.sampled
+        for ttft, ti in zip(s.first_ttft.tolist(), s.first_tenant.tolist()):
+            tuner.first_token(res.t_end - ttft + t0, self.names[ti], bool(ttft <= self.ttft_slo[ti]))
+        for f in s.finished:
+            mean = (f.t_end - f.t_first) / (f.outputs - 1) if f.outputs > 1 else 0.0
+            tuner.finished(f.t_arr + t0, self.names[f.tenant], bool(f.t_first - f.t_arr <= self.ttft_slo[f.tenant]),
+                           bool(mean <= self.tbt_slo[f.tenant]), f.outputs)
 
     def _record_transfers(self, dh: int, dd: int, m: DaemonMetrics) -> None:
         """Blocks copied host-to-device (``dh``) and device-to-host (``dd``) this iteration."""

@@ -198,6 +198,8 @@ class SimBackend(Backend):
                 res = twin.step(start) if len(st) else None
                 if res is not None:
                     rec.record(res, st, self.host.metrics, self.host.slo, self.lag)
+                    if self.host.tuner is not None:
+                        rec.feed(res, self.host.tuner, self.t0)
                     events = waiter_events(self._http, res.sampled, res.t_end)
             if res is None:
                 timeout = IDLE_WAIT_S
@@ -240,6 +242,8 @@ class SimBackend(Backend):
             req.rid = rid
             self._http[rid] = req
             m.t_arrived[req.tenant].inc()
+            if self.host.tuner is not None:
+                self.host.tuner.arrival(req.t_submit + self.t0, req.tenant, req.prompt_tokens)
         if self.replay is None or not self.admitting:
             return
         while self.replay.next_time() <= now:
@@ -253,6 +257,8 @@ class SimBackend(Backend):
                 m.rejected.labels(names[tenant], "engine").inc()
             else:
                 m.t_arrived[names[tenant]].inc()
+                if self.host.tuner is not None:
+                    self.host.tuner.arrival(t + self.t0, names[tenant], prompt)
 
     # ---- HTTP ----------------------------------------------------------------------------------
     def register_routes(self, app: FastAPI, host: Host) -> None:

@@ -20,6 +20,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from superinfer.daemon.httputil import HttpError, error, json_body, resolve_tenant
+from superinfer.daemon.openapi import completion_schema, errors
+from superinfer.daemon.openapi import json_body as json_body_doc
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -79,6 +81,11 @@ class SimEngine(Protocol):
 
 
 # ---- requests in --------------------------------------------------------------------------------
+def _integral(x: Any) -> bool:
+    """An integer as JSON Schema sees one: an int, or a float with no fractional part (not a bool)."""
+    return not isinstance(x, bool) and (isinstance(x, int) or (isinstance(x, float) and x.is_integer()))
+
+
 def parse_completion(body: Any, tenant_index: dict[str, int], default_tenant: str, unknown_tenant: str,
                      max_model_len: int) -> SimRequest:
     """A completion body -> :class:`SimRequest`. Raises :class:`HttpError` 400 (``param`` names the field)
@@ -91,12 +98,14 @@ def parse_completion(body: Any, tenant_index: dict[str, int], default_tenant: st
     prompt = body.get("prompt")
     if isinstance(prompt, str) and prompt:
         n = max(1, (len(prompt) + 3) // 4)
-    elif isinstance(prompt, list) and prompt and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
+    elif isinstance(prompt, list) and prompt and all(_integral(x) for x in prompt):
         n = len(prompt)
     else:
         raise HttpError(400, "prompt must be a non-empty string or a list of token ids "
                              "(one prompt per request in the twin)", param="prompt")
     max_tokens = body.get("max_tokens", MAX_TOKENS_DEFAULT)
+    if _integral(max_tokens):
+        max_tokens = int(max_tokens)  # JSON Schema: 16.0 is an integer too
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_TOKENS_LIMIT:
         raise HttpError(400, f"max_tokens must be an integer within [1, {MAX_TOKENS_LIMIT}], got {max_tokens!r}",
                         param="max_tokens")
@@ -206,8 +215,20 @@ def register_openai_routes(app: FastAPI, host: Host, engine: SimEngine) -> None:
         return {"object": "list", "data": [{"id": engine.served, "object": "model", "owned_by": "superinfer",
                                             "simulation": True}]}
 
+    doc_max_tokens = max(1, min(MAX_TOKENS_LIMIT, engine.max_model_len // 2))
+    reject = host.cfg.get("slo", "unknown_tenant") == "reject"
+    body_schema = completion_schema(sorted(engine.tenant_index) if reject else None,
+                                    (engine.max_model_len - doc_max_tokens) * 4, doc_max_tokens)
+
     @app.post("/v1/completions", tags=["openai"],
-              summary="Completion from the digital twin (synthetic text at the twin's token times)")
+              summary="Completion from the digital twin (synthetic text at the twin's token times)",
+              openapi_extra=json_body_doc(body_schema),
+              responses={200: {"description": "a text_completion object, or server-sent events with stream",
+                               "content": {"application/json": {"schema": {"type": "object"}},
+                                           "text/event-stream": {"schema": {  # one server-sent event
+                                               "type": "object", "properties": {"data": {"type": "string"},
+                                                                                "event": {"type": "string"}}}}}},
+                         **errors(400, 503)})
     async def completions(request: Request):
         try:
             body = await json_body(request)

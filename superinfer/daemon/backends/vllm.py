@@ -278,6 +278,11 @@ class VllmBackend(Backend):
                     pass
             return Response(r.content, status_code=r.status_code, media_type="application/json")
 
+        tuner = h.tuner
+        if tuner is not None:  # only streamed requests are timed, so only they are reported to the tuner
+            prompt = body.get("prompt", body.get("messages", ""))
+            tuner.arrival(t0, tenant, len(prompt) if isinstance(prompt, list) else max(len(str(prompt)) // 4, 1))
+
         async def stream():
             first = last = None
             ttft_ok: bool | None = None
@@ -294,6 +299,8 @@ class VllmBackend(Backend):
                                 ttft_ok = ttft <= slo.ttft_slo
                                 m.observe_first_token(tenant, ttft, ttft_ok)
                                 h.slo.first_token(tenant, ttft, ttft_ok)
+                                if tuner is not None:
+                                    tuner.first_token(t0, tenant, ttft_ok)
                             else:
                                 gap = now - last
                                 gaps.append(gap)
@@ -309,6 +316,8 @@ class VllmBackend(Backend):
                     mean = sum(gaps) / len(gaps) if gaps else 0.0
                     m.observe_finished(tenant, mean <= slo.tbt_slo, ttft_ok)
                     h.slo.finished(tenant, mean, mean <= slo.tbt_slo, ttft_ok=ttft_ok)
+                    if tuner is not None:
+                        tuner.finished(t0, tenant, ttft_ok, mean <= slo.tbt_slo, len(gaps) + (first is not None))
                 self._done(outcome)
 
         return StreamingResponse(stream(), media_type="text/event-stream")

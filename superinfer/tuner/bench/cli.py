@@ -26,9 +26,9 @@ def _pp(x: float) -> str:
 @click.option("--model", default=None, help="Model profile (default: the scenario's, qwen2.5-32b).")
 @click.option("--hardware", default=None, help="Hardware profile (default: the scenario's, gh200).")
 @click.option("--seeds", default=5, show_default=True, type=click.IntRange(1, 100))
-@click.option("--static-trials", default=16, show_default=True, type=click.IntRange(2, 10000),
+@click.option("--static-trials", default=12, show_default=True, type=click.IntRange(2, 10000),
               help="Trials of each offline study (static_best/oracle, and the tuner's warm start).")
-@click.option("--eval-s", default=120.0, show_default=True, type=click.FloatRange(10.0, 86400.0),
+@click.option("--eval-s", default=240.0, show_default=True, type=click.FloatRange(10.0, 86400.0),
               help="Seconds of each phase a study trial simulates.")
 @click.option("--control/--no-control", default=True, show_default=True, help="Also run the stationary control.")
 @click.option("--jobs", default=2, show_default=True, type=click.IntRange(1, 64), help="Worker processes.")

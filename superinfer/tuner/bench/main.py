@@ -33,8 +33,8 @@ class BenchSpec:
     study_scenario: str = "shifting-alt"
     control: str | None = "stationary"
     seeds: int = 5
-    static_trials: int = 16
-    eval_s: float = 120.0
+    static_trials: int = 12
+    eval_s: float = 240.0
     jobs: int = 2
     env: TwinEnv = field(default_factory=TwinEnv)
     tuner: TunerConfig = field(default_factory=lambda: TunerConfig(mode="auto"))

@@ -89,24 +89,24 @@ def _bursts(name: str, rps: float, duration_s: float, factor: float = 2.5, burst
 
 SCENARIOS: dict[str, Scenario] = {
     "shifting": Scenario("shifting", (
-        _steady("chat", "chat", 6.5, 600),
-        _steady("long-prompt", "code", 4.0, 600),
-        _steady("multi-tenant", "chat", 6.5, 600, MIXED),
-        _bursts("bursts", 4.0, 600),
+        _steady("chat", "chat", 6.2, 600),
+        _steady("long-prompt", "code", 3.5, 600),
+        _steady("multi-tenant", "chat", 6.0, 600, MIXED),
+        _bursts("bursts", 3.5, 600),
         _steady("low-load", "chat", 1.0, 480),
-        _steady("chat", "chat", 6.5, 720),
-    ), description="1 h: chat 6.5 req/s, long prompts (code) 4, multi-tenant 6.5 (chat/voice/bulk 5:2:3), bursts "
-                   "(30 s at 10 req/s every 2 min over 4), low load 1, chat 6.5"),
+        _steady("chat", "chat", 6.2, 720),
+    ), description="1 h: chat 6.2 req/s, long prompts (code) 3.5, multi-tenant 6 (chat/voice/bulk 5:2:3), bursts "
+                   "(30 s at 2.5x every 2 min over 3.5), low load 1, chat 6.2"),
     "shifting-alt": Scenario("shifting-alt", (
         _steady("multi-tenant", "chat", 5.5, 480, (("chat", 4.0), ("voice", 3.0), ("bulk", 3.0))),
         _steady("chat", "chat", 6.5, 480),
-        _bursts("bursts", 3.5, 480, factor=3.0),
-        _steady("long-prompt", "code", 4.5, 480),
+        _bursts("bursts", 3.0, 480, factor=3.0),
+        _steady("long-prompt", "code", 4.0, 480),
         _steady("low-load", "chat", 0.8, 360),
-        _steady("chat", "chat", 5.5, 480),
+        _steady("chat", "chat", 5.8, 480),
     ), description="46 min, other order, rates and mixes: the warm-start study's trace"),
-    "stationary": Scenario("stationary", (_steady("chat", "chat", 6.5, 1800),),
-                           description="30 min of chat at 6.5 req/s (the stationary control)"),
+    "stationary": Scenario("stationary", (_steady("chat", "chat", 6.2, 1800),),
+                           description="30 min of chat at 6.2 req/s (the stationary control)"),
 }
 
 

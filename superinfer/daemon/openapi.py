@@ -1,0 +1,72 @@
+"""What the OpenAPI schema says about answers the handlers build themselves (the schema must tell the
+truth: every status code and content type a route returns is documented, and a request the schema
+accepts is one the handler accepts).
+
+Handlers here read raw bodies (so a malformed one is a 400 in the daemon's error shape, not FastAPI's
+422), so their request bodies are documented with ``openapi_extra`` and their error answers with
+:func:`errors`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["error"],
+    "properties": {"error": {"type": "object", "required": ["message", "type", "code"],
+                             "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                                            "code": {"type": "integer"}},
+                             "additionalProperties": True}}}
+
+WHY = {
+    400: "malformed JSON, or a body the handler cannot serve",
+    401: "missing or wrong bearer token",
+    422: "a field is unknown, of the wrong type, or out of bounds; nothing applied",
+    503: "starting, draining or overloaded (see Retry-After)",
+}
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` entries for the daemon's error answers (``{"error": {...}}``)."""
+    return {c: {"description": WHY.get(c, "error"), "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+            for c in codes}
+
+
+def json_body(schema: dict[str, Any], *, secured: bool = False) -> dict[str, Any]:
+    """``openapi_extra=`` for a route that reads its JSON body itself."""
+    extra: dict[str, Any] = {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+    if secured:
+        extra["security"] = [{"bearer": []}]
+    return extra
+
+
+METRICS_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {"description": "Prometheus text exposition format",
+          "content": {"text/plain": {"schema": {"type": "string"}}}}}
+
+TUNER_UPDATE_SCHEMA: dict[str, Any] = {
+    "type": "object", "additionalProperties": False,
+    "properties": {"mode": {"type": "string", "enum": ["off", "shadow", "advise", "auto"]},
+                   "freeze": {"type": "boolean", "description": "true: freeze (no trials, a running one is "
+                              "written back); false: unfreeze (also forgets past rollbacks)"}},
+    "description": "Any of mode and freeze; {} changes nothing."}
+
+
+def completion_schema(tenants: list[str] | None, max_prompt_chars: int, max_tokens: int) -> dict[str, Any]:
+    """``POST /v1/completions`` of the twin. Bounds keep every schema-valid request servable: a prompt of
+    at most ``max_prompt_chars`` characters (about 4 per token) or as many token ids, and ``max_tokens``
+    such that the two fit the model; ``tenants``: the names a request may give (None: any name)."""
+    tenant: dict[str, Any] = {"type": "string"}
+    if tenants is not None:
+        tenant["enum"] = tenants
+    return {
+        "type": "object", "required": ["prompt"], "additionalProperties": True,
+        "properties": {
+            "prompt": {"oneOf": [{"type": "string", "minLength": 1, "maxLength": max_prompt_chars},
+                                 {"type": "array", "items": {"type": "integer"}, "minItems": 1,
+                                  "maxItems": max_prompt_chars // 4}]},
+            "max_tokens": {"type": "integer", "minimum": 1, "maximum": max_tokens},
+            "stream": {"type": "boolean"},
+            "model": {"type": "string"},
+            "vllm_xargs": {"type": "object", "properties": {"tenant": tenant}, "additionalProperties": True},
+        }}
