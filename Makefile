@@ -45,6 +45,11 @@ test: $(STAMP)
 	# systemd-analyze verifies the unit file (tests/daemon/test_systemd.py); Debian's systemd package has it.
 	command -v systemd-analyze >/dev/null || (apt-get update && apt-get install -y systemd) || \
 		echo "warning: systemd-analyze unavailable; the unit-file test will skip"
+	# A real PostgreSQL server for the shared-study test (tests/tuner/test_postgres_study.py starts and stops
+	# it on loopback); Debian's postgresql package has initdb/pg_ctl in /usr/lib/postgresql/<v>/bin.
+	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql) || \
+		echo "warning: PostgreSQL server unavailable; the shared-study test will skip"
 	$(PY) -m pytest -q
 
 clean:
