@@ -9,7 +9,8 @@ Modules, one job each: ``connect`` (where the daemon is, which token, read-only 
 recording/replaying states), ``judge`` (OK/WARN/BREACH against the target, trends, why attainment
 moves), ``events`` (the deduplicated event log), ``tracker`` (everything derived across polls: rates,
 counter resets, restarts, histories, param changes), ``text`` (``--once`` and ``--json`` output),
-``fmt`` (number formatting shared by the panels), ``panels`` and ``tenants`` (what each panel shows, as
-pure functions of one frame), ``dialogs`` (edit, confirm, help, full log), ``app`` (the Textual app) and
-``cli`` (the click command).
+``fmt`` (number formatting shared by the panels), ``status``, ``panels`` and ``tenants`` (what the header,
+banner and each panel show, as pure functions of the tracker), ``dialogs`` (edit, confirm, help, full
+log), ``css`` (layout), ``actions`` (the keys that talk to the daemon), ``app`` (the Textual app: layout,
+the poll worker, drawing) and ``cli`` (the click command).
 """

@@ -130,11 +130,11 @@ class TopApp(Actions, App[None]):
             if not self.session.paused or self._wake.is_set():
                 self._wake.clear()
                 poll = await self.source.poll()
-                if poll is None:
+                if poll is None:  # the recording is over: keep its last frame
                     self.session.replay_ended = True
                     self.render_all()
-                else:
-                    self.apply(poll)
+                    return
+                self.apply(poll)
             delay = backoff_s(self.session.interval_s, self.source.failures)
             try:
                 await asyncio.wait_for(self._wake.wait(), delay)
