@@ -58,6 +58,7 @@ def status(c: Controller, now: float, to_wall: Clock = lambda t: t, last: int = 
         "trials": dict(c.counts["trials"]),
         "rollbacks": dict(c.counts["rollbacks"]),
         "phase_changes": c.counts["phase_changes"],
+        "requests_seen": c.m.arrivals_total,
         "exploration_fraction": round(c.explore_s / c.observed_s, 4) if c.observed_s > 0 else 0.0,
         "test": test_description(c),
         "window_s": cfg.window_s, "warmup_s": cfg.warmup_s, "min_requests": cfg.min_requests,
@@ -93,7 +94,8 @@ def dump(c: Controller, now: float, to_wall: Clock, profile_mode: str) -> dict[s
         "trust_radius": c.local.radius,
         "incumbent": c.space.values(c.incumbent),
         "counts": {"trials": dict(c.counts["trials"]), "rollbacks": dict(c.counts["rollbacks"]),
-                   "phase_changes": c.counts["phase_changes"], "windows": c.counts["windows"]},
+                   "phase_changes": c.counts["phase_changes"],
+        "requests_seen": c.m.arrivals_total, "windows": c.counts["windows"]},
         "last_decisions": [decision_dict(d, to_wall) for d in list(c.decisions)[-20:]],
         "saved_at": round(to_wall(now), 3),
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -56,6 +57,11 @@ unknown_tenant = "reject"
 [scheduler]
 b_xfer = 32
 
+[tuner]
+mode = "shadow"
+window_s = 8.0
+min_requests = 5
+
 [[tenants]]
 name = "chat"
 
@@ -103,8 +109,18 @@ weight = 2.0
         gap_counts = sum(float(v) for v in re.findall(
             r'superinfer_inter_token_slo_(?:attained|violations)_total\{tenant="voice"\} (\S+)', metrics))
         assert gap_counts == w["tbt_gaps"]
+        # the online tuner (shadow) on the real engine: it was fed exactly the streamed request (the one the
+        # proxy can time), has its contract shape, and an operator's write becomes its incumbent
+        time.sleep(2.5)  # one serving-loop tick hands the feed to the tuner
+        t = d.get("/v1/tuner").json()
+        assert t["mode"] == "shadow" and t["requests_seen"] == 1 and s["tuner"]["mode"] == "shadow"
+        assert {"state", "frozen", "frozen_reason", "incumbent", "candidate", "phase", "last_decisions",
+                "rollbacks_last_hour"} <= set(t)
         r = d.put("/v1/params", json={"alpha": 5.0}, headers=d.headers())
         assert r.status_code == 200
+        t = d.get("/v1/tuner").json()
+        # shadow adopts the operator's values and does not freeze for them (it may be frozen for low load)
+        assert t["incumbent"]["alpha"] == 5.0 and not (t["frozen_reason"] or "").startswith("operator")
         on_disk = json.loads((d.state_dir / "params.json").read_text())
         assert on_disk["alpha"] == 5.0 and on_disk["tenants"]["voice"]["tbt_slo"] == 0.05
         child = s["engine"]["pid"]
