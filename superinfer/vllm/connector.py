@@ -46,6 +46,19 @@ def connector_extra(vllm_config: Any) -> dict[str, Any]:
     return dict(getattr(ktc, "kv_connector_extra_config", None) or {})
 
 
+def recompute_failed_loads(vllm_config: Any) -> None:
+    """Make vLLM recompute a request whose parked KV failed to load (``kv_load_failure_policy =
+    "recompute"``) instead of failing it (vLLM's default, ``"fail"``, meant for KV that exists nowhere else).
+    Parked KV is a copy of this engine's own: recomputing it is always possible. With tensor parallelism a
+    load refused by one rank is reported as invalid blocks and every rank recomputes them. Called by the
+    scheduler-side connector, which vLLM builds before it reads the policy."""
+    ktc = getattr(vllm_config, "kv_transfer_config", None)
+    if ktc is not None and getattr(ktc, "kv_load_failure_policy", "recompute") != "recompute":
+        log.info("DuplexKVConnector: kv_load_failure_policy %r -> 'recompute' (a failed load of parked KV is "
+                 "recomputed, never fails the request)", ktc.kv_load_failure_policy)
+        ktc.kv_load_failure_policy = "recompute"
+
+
 def default_load(vllm_config: Any) -> str:
     """``"sync"`` when the KV cache lives in host memory (CPU engine), else ``"async"``.
 
@@ -81,6 +94,7 @@ class DuplexKVConnector(KVConnectorBase_V1):
         self.ledger: HostLedger | None = None
         self.worker = None
         if role == KVConnectorRole.SCHEDULER:
+            recompute_failed_loads(vllm_config)
             self.ledger = HostLedger(host_blocks, self.block_size, async_load=(load == "async"))
         else:
             from superinfer.vllm.kvworker import KVWorker  # torch + DuplexKV only where bytes move

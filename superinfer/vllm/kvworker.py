@@ -136,8 +136,12 @@ class KVWorker:
                 ticket = eng.submit(TransferPlan().swap_in(rid, blocks))
             except DuplexKVError as exc:
                 log.error("DuplexKV: loading request %s failed, it will be recomputed: %s", rid, exc)
-                self._load_errors.update(blocks)
+                self._load_errors.update(blocks)  # vLLM recomputes from the first of them, on every rank
                 self.stats["load_failures"] += 1
+                # This rank's partly filled tail copy was not marked stale (only a load does that); forget the
+                # request's host copies here so the next park copies every block afresh (the ledger's host
+                # block count stays an upper bound of what this rank holds until then).
+                eng.free_request(rid)
                 if is_async:
                     self._finished_recving.add(rid)
                 continue

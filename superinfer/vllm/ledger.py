@@ -102,13 +102,28 @@ class HostLedger:
                 rec.confirmed = max(rec.confirmed, min(rec.pending.pop(0)[1], rec.issued))
             if not rec.pending:
                 self._unconfirmed.discard(rid)
-        for rid in failed:  # the worker could not park it: its host copy is not trustworthy
-            rec = self.recs.get(rid)
-            self.stats["worker_park_failures"] += 1
-            if rec is not None and rec.parked_tokens:
-                self.stats["recompute_fallbacks"] += 1
-                rec.parked_tokens = 0
-                rec.issued = rec.confirmed = 0
+        for rid in dict.fromkeys(failed):  # a worker (any rank) could not park it
+            self.forget(rid)
+
+    def forget(self, req_id: str) -> None:
+        """A rank could not park ``req_id``: no rank's host copy may be used (never a mixed state). It is
+        recomputed on every rank, and every rank drops its host blocks: a rank whose park succeeded would
+        otherwise keep the partly filled tail block marked synced (only a load marks it stale) and skip
+        copying it at the next park, restoring stale KV beside the other ranks' fresh KV."""
+        rec = self.recs.get(req_id)
+        self.stats["worker_park_failures"] += 1
+        if rec is None:
+            return
+        if rec.parked_tokens:
+            self.stats["recompute_fallbacks"] += 1
+            rec.parked_tokens = 0
+        rec.issued = rec.confirmed = rec.parked_full = 0
+        rec.pending.clear()
+        self._unconfirmed.discard(req_id)
+        if rec.host_blocks:
+            self.free += rec.host_blocks
+            rec.host_blocks = 0
+            self._drops.append(req_id)
 
     # -- preemption and resume -------------------------------------------------------------------
     def preempt(self, req_id: str, block_ids: list[int], num_computed: int, d2h_budget: int) -> tuple[int, int]:
