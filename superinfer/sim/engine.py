@@ -58,15 +58,18 @@ class HostCosts:
       beyond the stock scheduler that a calibration already includes);
     * ``plan_s``: added to an iteration that plans (one where :func:`superinfer.core.nothing_to_plan` is
       false; the plugin skips planning otherwise);
-    * ``arrival_s``: per arriving request, serial with the engine loop (input processing between steps).
+    * ``arrival_s``: per arriving request, serial with the engine loop (input processing between steps);
+    * ``new_shape_s``: added to an iteration whose batch size in tokens the engine has not run before (on
+      CPU, kernels are set up per shape: a prompt length never seen costs more than the warm fit says).
     """
 
     step_s: float = 0.0
     plan_s: float = 0.0
     arrival_s: float = 0.0
+    new_shape_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("step_s", "plan_s", "arrival_s"):
+        for name in ("step_s", "plan_s", "arrival_s", "new_shape_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"host costs: {name} must be a finite number >= 0 (seconds), got {v!r}")
@@ -188,6 +191,7 @@ class Simulator:
         self._tightest_tbt = float(cfg.tenants.tbt_slo.min())
         self.state = EngineState(self.hbm_blocks, self.dram_blocks, cm.block_size, grow=max(1024, len(workload)))
         self.max_h2d = self.max_d2h = self.max_used = 0
+        self._shapes: set[int] = set()  # batch sizes in tokens run so far (HostCosts.new_shape_s)
         n = len(workload)
         rng = np.random.default_rng(cfg.seed + 7919)
         noise = rng.lognormal(0.0, cfg.sjf_noise, n) if cfg.sjf_noise > 0 else np.ones(n)
@@ -240,7 +244,7 @@ class Simulator:
         decode = (tokens == 1) & (st.outputs[rows] > 0)
         price = cm.price_step(tokens, st.num_computed[rows], decode, moves.h2d_blocks, len(moves.swap_out),
                               len(moves.sync))
-        t_end = now + price.step_s + self._host_s(snap, cap)
+        t_end = now + price.step_s + self._host_s(snap, cap, int(tokens.sum()))
         self.max_h2d = max(self.max_h2d, moves.h2d_blocks)
         self.max_d2h = max(self.max_d2h, moves.d2h_blocks)
         self.max_used = max(self.max_used, st.ledger.hbm.used)
@@ -248,11 +252,15 @@ class Simulator:
         sampled = st.advance(plan, t_end, rows)
         return StepResult(now, t_end, plan, snap, moves, price, plan_s, sampled)
 
-    def _host_s(self, snap: Snapshot, cap: Capacity) -> float:
+    def _host_s(self, snap: Snapshot, cap: Capacity, tokens: int) -> float:
         host = self.cfg.host
+        extra = host.step_s
         if host.plan_s > 0 and not nothing_to_plan(snap, cap):
-            return host.step_s + host.plan_s
-        return host.step_s
+            extra += host.plan_s
+        if host.new_shape_s > 0 and tokens and tokens not in self._shapes:
+            self._shapes.add(tokens)
+            extra += host.new_shape_s
+        return extra
 
     # ---- the run --------------------------------------------------------------------------------
     def run(self) -> Trace:

@@ -25,7 +25,7 @@ import numpy as np
 from superinfer.vllm.bench import _requests, engine_options, prepare, run_policy
 
 #: the twin's model terms that ``--ablate`` can switch off (docs/fidelity.md)
-TERMS = ("host_step", "host_plan", "host_arrival", "sync_transfers")
+TERMS = ("host_step", "host_plan", "host_arrival", "new_shape", "sync_transfers")
 PCT_KEYS = ("ttft_p50", "ttft_p90", "tbt_p50", "tbt_p90")
 
 
@@ -82,6 +82,8 @@ def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[flo
         host = replace(host, plan_s=0.0)
     if "host_arrival" in off:
         host = replace(host, arrival_s=0.0)
+    if "new_shape" in off:
+        host = replace(host, new_shape_s=0.0)
     # compute and transfers both from the calibration; the model profile only sizes a block for the fit's
     # transfer rate (seconds per block), the hardware profile is not used beyond that
     overlap = "sync_transfers" in off
@@ -194,6 +196,7 @@ def bench_fidelity(**o: Any) -> None:
         "slo": {"ttft_slo_s": slo[0], "tbt_slo_s": slo[1], "measured": measured},
         "calibration": cal_info,
         "host_terms": {p: {"step_s": h["host"].step_s, "plan_s": h["host"].plan_s, "arrival_s": h["host"].arrival_s,
+                           "new_shape_s": h["host"].new_shape_s,
                            "median_step_s": h["median_step_s"]} for p, h in host.items()},
         "copy_s_per_block": copy_s,
         "runs": runs,

@@ -10,6 +10,8 @@ here on the same engine settings, apart from the runs the twin is compared with:
   plugin plans, minus ``step_s``;
 * ``arrival_s`` -- the median time of ``LLMEngine.add_request`` for a prompt of the median length (input
   processing, serial with the engine loop), the same for every policy;
+* ``new_shape_s`` -- a prefill of a length the engine has not run before, minus the same prefill again
+  (median over eight lengths): on CPU kernels are set up per batch shape, and the calibration fit is warm;
 * the KV copy time per block (:func:`copy_s_per_block`): the connector's CPU copy path (one ``copy_`` per
   layer, K and V, and block, as DuplexKV's torch backend runs it) timed on the model's block shape.
 
@@ -102,6 +104,26 @@ def copy_s_per_block(model_dir: str, block_size: int, dtype: str = "float32", bl
     return float(np.median(runs[2:]))
 
 
+_FRESH_LENGTHS = (137, 211, 263, 307, 177, 389, 97, 331)  # prompt lengths no other probe runs
+
+
+def _new_shape_s(llm: Any) -> float:
+    from vllm import SamplingParams
+
+    eng = llm.llm_engine
+    sp = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
+
+    def prefill(n: int, tag: str) -> float:
+        eng.add_request(tag, {"prompt_token_ids": _prompt(n, n)}, sp)
+        t = time.perf_counter()
+        while eng.has_unfinished_requests():
+            eng.step()
+        return time.perf_counter() - t
+
+    extra = [prefill(n, f"s{n}") - prefill(n, f"s{n}b") for n in _FRESH_LENGTHS]
+    return max(0.0, float(np.median(extra)))
+
+
 def measure_host_costs(spec: EngineSpec, policies: list[str], prompt_tokens: int,
                        workdir: Path) -> dict[str, dict[str, Any]]:
     """Per policy: ``{"host": HostCosts, "median_step_s": {...}}``, measured on engines like ``spec``.
@@ -117,7 +139,7 @@ def measure_host_costs(spec: EngineSpec, policies: list[str], prompt_tokens: int
         raise ValueError(f"host probe: needs max_model_len > {waiting_prompt}, got {spec.max_model_len}")
     params = {**spec.params, "max_rotations": 0}
     steps: dict[str, dict[str, float]] = {}
-    arrival = 0.0
+    arrival = shape = 0.0
     for policy in dict.fromkeys(["vllm", *policies]):
         free = EngineSpec(**{**spec.__dict__, "policy": policy, "num_blocks": 4 * per_req + 8, "params": params})
         blocked = EngineSpec(**{**spec.__dict__, "policy": policy, "num_blocks": tight, "params": params})
@@ -125,6 +147,7 @@ def measure_host_costs(spec: EngineSpec, policies: list[str], prompt_tokens: int
             quiet = _median_step(llm, None)
             if policy == "vllm":
                 arrival = _arrival_s(llm, prompt_tokens)
+                shape = _new_shape_s(llm)
         with open_engine(blocked, workdir) as llm:
             waiting = _median_step(llm, waiting_prompt)
         steps[policy] = {"quiet": quiet, "waiting": waiting}
@@ -134,6 +157,6 @@ def measure_host_costs(spec: EngineSpec, policies: list[str], prompt_tokens: int
         st = steps[policy]
         step_s = max(0.0, st["quiet"] - base["quiet"]) if policy in ROTA_POLICIES else 0.0
         plan_s = max(0.0, st["waiting"] - base["waiting"] - step_s) if policy in ROTA_POLICIES else 0.0
-        out[policy] = {"host": HostCosts(step_s=step_s, plan_s=plan_s, arrival_s=arrival),
+        out[policy] = {"host": HostCosts(step_s=step_s, plan_s=plan_s, arrival_s=arrival, new_shape_s=shape),
                        "median_step_s": {"policy": st, "stock": base}}
     return out
