@@ -52,21 +52,23 @@ TUNER_UPDATE_SCHEMA: dict[str, Any] = {
     "description": "Any of mode and freeze; {} changes nothing."}
 
 
-def completion_schema(tenants: list[str] | None, max_prompt_chars: int, max_tokens: int) -> dict[str, Any]:
-    """``POST /v1/completions`` of the twin. Bounds keep every schema-valid request servable: a prompt of
-    at most ``max_prompt_chars`` characters (about 4 per token) or as many token ids, and ``max_tokens``
-    such that the two fit the model; ``tenants``: the names a request may give (None: any name)."""
-    tenant: dict[str, Any] = {"type": "string"}
+def completion_schema(tenants: list[str] | None, max_model_len: int, max_tokens: int) -> dict[str, Any]:
+    """``POST /v1/completions`` of the twin: a prompt (a string, about 4 characters per token, or token
+    ids) and ``max_tokens`` within the model. One rule JSON Schema cannot state, so the description does:
+    prompt tokens + ``max_tokens`` must fit ``max_model_len`` (else 400). ``tenants``: the names a request
+    may give (None: any name; an unknown one is served as the default tenant)."""
+    tenant: dict[str, Any] = {"type": ["string", "null"]}
     if tenants is not None:
-        tenant["enum"] = tenants
+        tenant = {"enum": [*tenants, None]}
     return {
         "type": "object", "required": ["prompt"], "additionalProperties": True,
+        "description": f"prompt tokens + max_tokens must not exceed max_model_len ({max_model_len}); else 400",
         "properties": {
-            "prompt": {"oneOf": [{"type": "string", "minLength": 1, "maxLength": max_prompt_chars},
+            "prompt": {"oneOf": [{"type": "string", "minLength": 1, "maxLength": 4 * (max_model_len - 1)},
                                  {"type": "array", "items": {"type": "integer"}, "minItems": 1,
-                                  "maxItems": max_prompt_chars // 4}]},
+                                  "maxItems": max_model_len - 1}]},
             "max_tokens": {"type": "integer", "minimum": 1, "maximum": max_tokens},
             "stream": {"type": "boolean"},
-            "model": {"type": "string"},
-            "vllm_xargs": {"type": "object", "properties": {"tenant": tenant}, "additionalProperties": True},
+            "model": {"description": "ignored: the twin serves one model"},
+            "vllm_xargs": {"type": ["object", "null"], "properties": {"tenant": tenant}, "additionalProperties": True},
         }}

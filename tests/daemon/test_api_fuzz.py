@@ -61,12 +61,6 @@ def test_control_api_conforms_to_its_schema(tmp_path) -> None:
     try:
         schema = schemathesis.openapi.from_url(d.url + "/openapi.json")
 
-        @schema.hook
-        def map_body(ctx, body):  # noqa: ANN001 - schemathesis hook signature
-            if isinstance(body, dict) and isinstance(body.get("max_tokens"), int) and body["max_tokens"] > MAX_TOKENS:
-                body = {**body, "max_tokens": MAX_TOKENS}
-            return body
-
         calls = {"n": 0, "status": {}}
 
         def run(mode: GenerationMode, examples: int) -> None:
@@ -74,6 +68,10 @@ def test_control_api_conforms_to_its_schema(tmp_path) -> None:
                       suppress_health_check=list(HealthCheck))
             @given(case=schema.as_strategy(generation_mode=mode))
             def fuzz(case) -> None:
+                body = case.body
+                if mode == GenerationMode.POSITIVE and isinstance(body, dict) and \
+                        isinstance(body.get("max_tokens"), int) and body["max_tokens"] > MAX_TOKENS:
+                    case.body = {**body, "max_tokens": MAX_TOKENS}  # still schema-valid, and quick
                 r = case.call_and_validate(headers=d.headers(), timeout=30)
                 calls["n"] += 1
                 calls["status"][r.status_code] = calls["status"].get(r.status_code, 0) + 1

@@ -313,14 +313,16 @@ def parse(body, unknown: str = "reject", max_len: int = MAX_LEN) -> SimRequest:
     ({}, "prompt"),
     ({"prompt": []}, "prompt"),
     ({"prompt": [1, True]}, "prompt"),
-    ({"prompt": [1, 2.0]}, "prompt"),
+    ({"prompt": [1, 2.5]}, "prompt"),  # 2.0 is an integer (JSON Schema), 2.5 is not
     ({"prompt": ["a", "b"]}, "prompt"),
     ({"prompt": 7}, "prompt"),
     ({"prompt": "hi", "max_tokens": 0}, "max_tokens"),
     ({"prompt": "hi", "max_tokens": 65537}, "max_tokens"),
     ({"prompt": "hi", "max_tokens": "8"}, "max_tokens"),
     ({"prompt": "hi", "max_tokens": True}, "max_tokens"),
-    ({"prompt": "hi", "max_tokens": 2.0}, "max_tokens"),
+    ({"prompt": "hi", "max_tokens": 2.5}, "max_tokens"),
+    ({"prompt": "hi", "max_tokens": MAX_LEN}, "max_tokens"),  # at most max_model_len - 1
+    ({"prompt": "hi", "stream": "yes"}, "stream"),
     ({"prompt": [1] * 4000, "max_tokens": 97}, "max_tokens"),
     ({"prompt": "hi", "vllm_xargs": "chat"}, "vllm_xargs"),
     ({"prompt": "hi", "vllm_xargs": {"tenant": 3}}, "vllm_xargs.tenant"),

@@ -81,6 +81,11 @@ class SimEngine(Protocol):
 
 
 # ---- requests in --------------------------------------------------------------------------------
+def max_tokens_limit(max_model_len: int) -> int:
+    """The largest ``max_tokens`` a request may ask for (the schema says the same)."""
+    return max(1, min(MAX_TOKENS_LIMIT, max_model_len - 1))
+
+
 def _integral(x: Any) -> bool:
     """An integer as JSON Schema sees one: an int, or a float with no fractional part (not a bool)."""
     return not isinstance(x, bool) and (isinstance(x, int) or (isinstance(x, float) and x.is_integer()))
@@ -90,8 +95,9 @@ def parse_completion(body: Any, tenant_index: dict[str, int], default_tenant: st
                      max_model_len: int) -> SimRequest:
     """A completion body -> :class:`SimRequest`. Raises :class:`HttpError` 400 (``param`` names the field)
     unless: the body is an object; ``prompt`` is a non-empty string (``ceil(len / 4)`` tokens) or a non-empty
-    list of integer token ids; ``max_tokens`` (default 16) is an integer in [1, 65536]; prompt +
-    ``max_tokens`` fits ``max_model_len``; the tenant resolves (:func:`~superinfer.daemon.httputil.resolve_tenant`,
+    list of integer token ids (JSON Schema's integers: ``2.0`` is one); ``max_tokens`` (default 16) is an
+    integer in [1, min(65536, max_model_len - 1)]; prompt + ``max_tokens`` fits ``max_model_len``;
+    ``stream``, when given, is a boolean; the tenant resolves (:func:`~superinfer.daemon.httputil.resolve_tenant`,
     ``unknown_tenant`` is ``"default"`` or ``"reject"``)."""
     if not isinstance(body, dict):
         raise HttpError(400, "expected a JSON object")
@@ -106,9 +112,12 @@ def parse_completion(body: Any, tenant_index: dict[str, int], default_tenant: st
     max_tokens = body.get("max_tokens", MAX_TOKENS_DEFAULT)
     if _integral(max_tokens):
         max_tokens = int(max_tokens)  # JSON Schema: 16.0 is an integer too
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_TOKENS_LIMIT:
-        raise HttpError(400, f"max_tokens must be an integer within [1, {MAX_TOKENS_LIMIT}], got {max_tokens!r}",
+    limit = max_tokens_limit(max_model_len)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= limit:
+        raise HttpError(400, f"max_tokens must be an integer within [1, {limit}], got {max_tokens!r}",
                         param="max_tokens")
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise HttpError(400, f"stream must be true or false, got {body['stream']!r}", param="stream")
     if n + max_tokens > max_model_len:
         raise HttpError(400, f"prompt ({n} tokens) + max_tokens ({max_tokens}) exceeds the model's "
                              f"{max_model_len}", param="max_tokens")
@@ -215,10 +224,9 @@ def register_openai_routes(app: FastAPI, host: Host, engine: SimEngine) -> None:
         return {"object": "list", "data": [{"id": engine.served, "object": "model", "owned_by": "superinfer",
                                             "simulation": True}]}
 
-    doc_max_tokens = max(1, min(MAX_TOKENS_LIMIT, engine.max_model_len // 2))
     reject = host.cfg.get("slo", "unknown_tenant") == "reject"
-    body_schema = completion_schema(sorted(engine.tenant_index) if reject else None,
-                                    (engine.max_model_len - doc_max_tokens) * 4, doc_max_tokens)
+    body_schema = completion_schema(sorted(engine.tenant_index) if reject else None, engine.max_model_len,
+                                    max_tokens_limit(engine.max_model_len))
 
     @app.post("/v1/completions", tags=["openai"],
               summary="Completion from the digital twin (synthetic text at the twin's token times)",
