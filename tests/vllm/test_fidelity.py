@@ -16,9 +16,11 @@ pytest.importorskip("vllm")
 
 pytestmark = pytest.mark.timeout(900)
 
-#: the twin's mean percent error of TTFT/TBT P50/P90 (mape_pct) on this run, and its TTFT attainment error;
-#: measured 2026-12-01 on a loaded 2-core host: MAPE 6-18 %, attainment within 10 pp (docs/fidelity.md)
-MAX_MAPE_PCT = 40.0
+#: the twin's mean percent error of TTFT/TBT P50/P90 (mape_pct) on this short run (about a dozen requests), and
+#: its attainment errors. Measured 2026-12-01: 8-23 % for stock vLLM over 3 seeds of 10 s (docs/fidelity.md),
+#: 72 % once with the 2-core host at load average 20; a twin wired wrong (blocks, SLOs, requests) is off by
+#: far more, in the hundreds of percent.
+MAX_MAPE_PCT = 60.0
 MAX_ATTAINMENT_PP = 25.0
 
 
