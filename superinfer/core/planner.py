@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from superinfer.core.admission import admit
+from superinfer.core.admission import admit, slo_slack
 from superinfer.core.orders import Ctx, PolicySpec
 from superinfer.core.types import Capacity, Plan, Snapshot
 from superinfer.core.work import RUNNING, Work
@@ -132,6 +132,45 @@ def nothing_to_plan(snap: Snapshot, cap: Capacity) -> bool:
     if np.any(snap.phase != RUNNING) or np.any(snap.busy) or not fits_in_hbm(snap, cap):
         return False
     return not np.any(_full_unsynced(snap, np.arange(n), cap.block_size) > 0)
+
+
+def only_serves_batch(ctx: Ctx, spec: PolicySpec, has_fallback: bool) -> bool:
+    """True when requests wait but ``spec``'s plan can only serve the running batch as it stands: every
+    running request decodes one token and its growth fits; no candidate (waiting or parked, holding no
+    device blocks) fits in the blocks left, as the walk sizes it; no running request may be a discretionary
+    victim; no full block awaits an eager sync; and the everything-fits fallback does not apply. Then the
+    plan has no victim, admission, swap-in or sync (``tests/core/test_nothing_to_plan.py``), and an engine
+    may serve the batch with the waiting queue held back, without planning."""
+    s, cap, p = ctx.snap, ctx.cap, ctx.params
+    running = s.phase == RUNNING
+    if not running.any() or running.all() or np.any(s.busy) or np.any(s.h2d_pending > 0):
+        return False
+    rr, cand = np.flatnonzero(running), ~running
+    if np.any(s.blocks_hbm[cand] > 0) or np.any(s.num_tokens[rr] - s.num_computed[rr] != 1):
+        return False
+    if has_fallback and fits_in_hbm(s, cap):
+        return False
+    bs = cap.block_size
+    free = cap.free_blocks - int(np.maximum((s.num_tokens[rr] + bs - 1) // bs - s.blocks_hbm[rr], 0).sum())
+    if free < 0:
+        return False
+    if spec.eager_sync and cap.b_xfer > 0 and cap.dram_free_blocks > 0 and np.any(_full_unsynced(s, rr, bs) > 0):
+        return False
+    left = cap.token_budget - rr.shape[0]  # every running request takes its one decode token
+    parked = s.blocks_dram[cand]
+    computed = s.num_computed[cand]
+    tokens = np.minimum(s.num_tokens[cand] - computed, max(left, 0))
+    need = np.where(parked > 0, parked, (computed + tokens + bs - 1) // bs)
+    possible = (need <= free) & np.where(parked > 0, cap.b_xfer > 0, tokens > 0)
+    if possible.any():
+        return False
+    if spec.discretionary:
+        allowed = (s.residency[rr] >= p.min_residency) & (s.rotations[rr] < p.max_rotations)
+        if spec.slo_guards:
+            allowed &= slo_slack(ctx, rr) >= p.slack_gate_s
+        if allowed.any():
+            return False
+    return True
 
 
 def fits_in_hbm(snap: Snapshot, cap: Capacity) -> bool:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from superinfer.core.orders import Ctx, PolicySpec, fcfs_running, sort_rows, stream_desc
-from superinfer.core.planner import build_plan, fits_in_hbm
+from superinfer.core.planner import build_plan, fits_in_hbm, only_serves_batch
 from superinfer.core.types import Capacity, Params, Phase, Plan, Snapshot, TenantTable, rank_order
 from superinfer.core.validate import validate_snapshot
 from superinfer.core.vlt import compute_vlt
@@ -182,6 +182,12 @@ class Policy:
             vlt = ctx.vlt if ctx.vlt is not None else compute_vlt(snap, tenants, params, now)
             _attach_ranking(plan, snap, vlt)
         return plan
+
+
+    def only_serves_batch(self, snap: Snapshot, cap: Capacity, params: Params, tenants: TenantTable,
+                          now: float) -> bool:
+        """:func:`~superinfer.core.planner.only_serves_batch` for this policy (no validation)."""
+        return only_serves_batch(Ctx(snap, cap, params, tenants, now), self.spec, self.fallback is not None)
 
 
 def _attach_ranking(plan: Plan, snap: Snapshot, vlt: np.ndarray) -> None:

@@ -139,6 +139,12 @@ class RotaScheduler(Scheduler):
             self.stats["quiet_steps"] += 1
             self.last_plan = None
             return super().schedule(*args, **kwargs)
+        if self.core_policy.only_serves_batch(snap, cap, live.params, self.tenants.table(live), now):
+            # Requests wait, but none fits and nobody may make room: the plan would serve the batch and
+            # hold the waiting queue back; do that without planning.
+            self.stats["blocked_steps"] += 1
+            self.last_plan = None
+            return self._schedule_with([], args, kwargs)
         plan = self._plan(snap, cap, live, now)
         self.last_plan = plan
         if plan is None or plan.fcfs_fallback or plan.vlt_ids.shape[0] == 0:

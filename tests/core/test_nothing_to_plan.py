@@ -93,3 +93,60 @@ def test_the_property_is_not_vacuous() -> None:
     busy = find(near_quiet_states(), lambda x: not nothing_to_plan(x[0], x[1]) and len(x[0]) >= 3)
     assert len(quiet[0]) >= 3 and len(busy[0]) >= 3
     assert np.all(quiet[0].phase == Phase.RUNNING)
+
+
+# ---- requests wait, but nothing can be admitted: the plan only serves the batch -------------------------
+@st.composite
+def blocked_states(draw):
+    """Synced running decodes and a few waiting or parked requests, often too big for the free blocks, with
+    params over their bounds (so discretionary victims are sometimes allowed)."""
+    from tests.core.builders import rotary
+
+    reqs = []
+    n_run = draw(st.integers(1, 6))
+    for i in range(n_run):
+        tokens = draw(st.integers(1, 6 * BS))
+        reqs.append(running(i, tokens=tokens, synced=tokens // BS - draw(st.sampled_from([0, 0, 0, 1])) if tokens >= BS else 0,
+                            tenant=i % 2, t_arr=NOW - draw(st.floats(1, 60)), t_run=NOW - draw(st.floats(0, 30)),
+                            residency=draw(st.integers(0, 10)), rotations=draw(st.integers(0, 5)),
+                            outputs=draw(st.integers(1, 80)), t_first=NOW - draw(st.floats(0.5, 40)),
+                            prefill_left=draw(st.sampled_from([0, 0, 0, 0, 5]))))
+    for j in range(draw(st.integers(1, 4))):
+        rid = 100 + j
+        if draw(st.booleans()):
+            reqs.append(waiting(rid, prompt=draw(st.integers(1, 10 * BS)), t_arr=NOW - draw(st.floats(0, 20)), tenant=j % 2))
+        else:
+            reqs.append(rotary(rid, tokens=draw(st.integers(1, 10 * BS)), t_arr=NOW - draw(st.floats(1, 60)),
+                               t_last=NOW - draw(st.floats(0, 5)), outputs=draw(st.integers(1, 50)),
+                               t_first=NOW - draw(st.floats(0.5, 40)), tenant=j % 2))
+    held = sum(r.blocks_hbm for r in reqs)
+    free = draw(st.integers(0, 12))
+    biggest = max(-(-r.num_tokens // BS) for r in reqs)  # a valid state: every request fits an empty device
+    c = cap(free, hbm=max(held + free + 1, biggest), b_xfer=draw(st.integers(0, 12)), tokens=draw(st.integers(1, 600)),
+            seqs=draw(st.integers(8, 64)), dram=draw(st.integers(0, 400)))
+    return snap(*reqs), c, draw(knobs())
+
+
+@settings(max_examples=400, deadline=None)
+@given(blocked_states())
+def test_when_only_the_batch_can_be_served_the_plan_does_nothing_else(state) -> None:
+    s, c, params = state
+    running_ids = set(s.req_id[s.phase == Phase.RUNNING].tolist())
+    for name, policy in POLICIES.items():
+        if not policy.only_serves_batch(s, c, params, TENANTS, NOW):
+            continue
+        p = policy.plan(s, c, params, TENANTS, NOW)
+        assert p.victim_ids.shape[0] == 0, f"{name}: a victim"
+        assert p.sync_ids.shape[0] == 0, f"{name}: an eager sync"
+        assert p.swap_ids.shape[0] == 0, f"{name}: a swap-in"
+        assert set(p.sched_ids.tolist()) <= running_ids, f"{name}: an admission"
+
+
+def test_only_serves_batch_is_reached_and_refused() -> None:
+    """Both answers occur for lvf over the generator, so the property above is exercised."""
+    from hypothesis import find
+
+    lvf = POLICIES["lvf"]
+    yes = find(blocked_states(), lambda x: lvf.only_serves_batch(x[0], x[1], x[2], TENANTS, NOW))
+    no = find(blocked_states(), lambda x: len(x[0]) >= 3 and not lvf.only_serves_batch(x[0], x[1], x[2], TENANTS, NOW))
+    assert np.any(yes[0].phase != Phase.RUNNING) and len(no[0]) >= 3
