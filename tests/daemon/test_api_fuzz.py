@@ -92,13 +92,13 @@ def test_control_api_conforms_to_its_schema(tmp_path) -> None:
         for k, (lo, hi) in PARAM_BOUNDS.items():
             assert lo <= p[k] <= hi, (k, p[k])
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            c = d.state()["counters"]
-            if c["arrived"] == c["finished"] + c["rejected"] + c["aborted"]:
+        while True:  # counters and queues from one snapshot: arrived = finished + rejected + aborted + live
+            s = d.state()
+            c = s["counters"]
+            live = sum(s["queues"][q] for q in ("waiting", "rotary", "running"))
+            if c["arrived"] == c["finished"] + c["rejected"] + c["aborted"] + live or time.monotonic() > deadline:
                 break
-            time.sleep(0.5)
-        live = sum(d.state()["queues"][q] for q in ("waiting", "rotary", "running"))
-        c = d.state()["counters"]
+            time.sleep(0.2)
         assert c["aborted"] == 0 and c["arrived"] == c["finished"] + c["rejected"] + live, c
     finally:
         assert d.terminate() == 0, d.output()[-3000:]

@@ -87,7 +87,7 @@ def test_daemon_has_every_member_of_host_and_control_host(tmp_path: Path) -> Non
     d = make_daemon(tmp_path, FakeBackend())
     d.store = object()  # set by run() before serving; only its presence matters here
     host, control = protocol_members(Host), protocol_members(ControlHost)
-    assert host == {"cfg", "store", "metrics", "slo", "ready", "draining"}
+    assert host == {"cfg", "store", "metrics", "slo", "ready", "draining", "tuner"}
     assert host < control
     missing = sorted(name for name in control if not hasattr(d, name))
     assert missing == []
