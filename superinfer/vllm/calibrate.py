@@ -126,6 +126,12 @@ def robust_fit(samples: list[Any], *, spike: float = 2.5, rounds: int = 4) -> tu
     return coef, len(samples) - len(kept)
 
 
+def fit_mape(coef: Any, samples: list[Any]) -> float:
+    """Mean absolute percentage error of ``coef``'s step times over ``samples`` (a fraction)."""
+    pred = [coef.predict(s.prefill_tokens, s.decode_seqs, s.kv_tokens, s.prefill_attn_pairs) for s in samples]
+    return sum(abs(p - s.measured_s) / s.measured_s for p, s in zip(pred, samples)) / len(samples)
+
+
 @click.command("calibrate")
 @click.option("--model", "model_dir", default=None, type=click.Path(file_okay=False), help="Model directory.")
 @click.option("--build-tiny", default=None, type=click.Path(file_okay=False), help="Build the tiny Llama here and use it.")
@@ -166,8 +172,7 @@ def calibrate(model_dir: str | None, build_tiny: str | None, output: str, label:
                       date=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), coefficients=coef,
                       block_size=block_size, samples=samples)
     save(cal, output)
-    pred = [coef.predict(s.prefill_tokens, s.decode_seqs, s.kv_tokens, s.prefill_attn_pairs) for s in samples]
-    mape = sum(abs(p - s.measured_s) / s.measured_s for p, s in zip(pred, samples)) / len(samples)
+    mape = fit_mape(coef, samples)
     summary = {"command": "superinferd calibrate " + " ".join(sys.argv[2:]), "output": output, "samples": len(samples),
                "coefficients": cal.to_json_dict()["coefficients"], "fit_mape_step_time": round(mape, 4),
                "dropped_outliers": dropped}

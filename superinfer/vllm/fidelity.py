@@ -60,15 +60,22 @@ def errors(real: dict[str, Any], twin: dict[str, Any]) -> dict[str, float]:
     return e
 
 
+def _cost_model(block_size: int, cal: Any = None, overlap: bool = True) -> Any:
+    """The twin's cost model: compute and transfers both from the calibration; the model profile only sizes
+    a block for the fit's transfer rate (seconds per block), the hardware profile is not used beyond that."""
+    from superinfer.sim.costmodel import CostModel
+    from superinfer.sim.hardware import get_hardware
+    from superinfer.sim.models import get_model
+
+    return CostModel(get_model("llama-3-8b"), get_hardware("gh200"), block_size, cal, overlap=overlap, duplex=overlap)
+
+
 def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[float, float], cal: Any,
              host: Any, seed: int, off: tuple[str, ...] = ()) -> tuple[dict[str, Any], Any]:
     """The twin on the engine's requests and settings; ``off`` names :data:`TERMS` left out."""
     from superinfer.core import Params, Tenant, TenantTable
-    from superinfer.sim.costmodel import CostModel
     from superinfer.sim.engine import SimConfig, Simulator
-    from superinfer.sim.hardware import get_hardware
     from superinfer.sim.metrics import run_metrics
-    from superinfer.sim.models import get_model
     from superinfer.sim.workload import Workload
 
     arr, prompt, output, duration = trace_arrays
@@ -84,11 +91,8 @@ def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[flo
         host = replace(host, arrival_s=0.0)
     if "new_shape" in off:
         host = replace(host, new_shape_s=0.0)
-    # compute and transfers both from the calibration; the model profile only sizes a block for the fit's
-    # transfer rate (seconds per block), the hardware profile is not used beyond that
     overlap = "sync_transfers" in off
-    cm = CostModel(get_model("llama-3-8b"), get_hardware("gh200"), o["block_size"], cal, overlap=overlap,
-                   duplex=overlap)
+    cm = _cost_model(o["block_size"], cal, overlap)
     cfg = SimConfig(policy=policy, max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=o["max_num_batched_tokens"],
                     b_xfer=o["b_xfer"], params=params, tenants=tenants, hbm_blocks=o["num_blocks"] - 1,
                     dram_blocks=o["host_blocks"], drain_s=o["drain"], seed=seed, host=host)
@@ -99,20 +103,18 @@ def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[flo
 def _calibration(o: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The twin's calibration: ``--twin-calibration`` if given, else measured now (as ``superinferd calibrate``)."""
     from superinfer.sim import calibration as calib
-    from superinfer.vllm.calibrate import measure, robust_fit
+    from superinfer.vllm.calibrate import fit_mape, measure, robust_fit
 
     if o.get("twin_calibration"):
         cal = calib.load(o["twin_calibration"])
         return cal, {"source": o["twin_calibration"], "coefficients": cal.to_json_dict()["coefficients"]}
     samples = measure(o["model"], block_size=o["block_size"], max_model_len=o["max_model_len"], repeats=2)
     coef, dropped = robust_fit(samples)
-    pred = np.array([coef.predict(s.prefill_tokens, s.decode_seqs, s.kv_tokens, s.prefill_attn_pairs) for s in samples])
-    real = np.array([s.measured_s for s in samples])
     cal = calib.Calibration(engine="vllm", model=Path(o["model"]).name, hardware="this host", date="",
                             coefficients=coef, block_size=o["block_size"])
     return cal, {"source": "measured (repeats 2)", "coefficients": cal.to_json_dict()["coefficients"],
                  "samples": len(samples), "dropped_outliers": dropped,
-                 "fit_mape_pct": float(100 * np.mean(np.abs(pred - real) / real))}
+                 "fit_mape_pct": 100 * fit_mape(coef, samples)}
 
 
 def _side(metrics: dict[str, Any], q: dict[str, Any]) -> dict[str, Any]:
@@ -156,11 +158,7 @@ def bench_fidelity(**o: Any) -> None:
         click.echo("measuring host terms (scheduler, connector, arrivals, KV copies) ...", err=True)
         host = measure_host_costs(spec, policies, int(np.median(prompt)), workdir)
         copy_s = copy_s_per_block(o["model"], o["block_size"])
-        from superinfer.sim.costmodel import CostModel
-        from superinfer.sim.hardware import get_hardware
-        from superinfer.sim.models import get_model
-
-        block_bytes = CostModel(get_model("llama-3-8b"), get_hardware("gh200"), o["block_size"]).block_bytes
+        block_bytes = _cost_model(o["block_size"]).block_bytes
         gbps = block_bytes / copy_s / 1e9  # the fit's rate on the twin's block size: copy_s per block
         cal.transfer = TransferCalibration(h2d_gb_s=gbps, d2h_gb_s=gbps, duplex_factor=1.0)
         variants = [("all", ())] + ([(f"no_{t}", (t,)) for t in TERMS] + [("none", TERMS)] if o["ablate"] else [])
