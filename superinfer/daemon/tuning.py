@@ -52,11 +52,13 @@ class TunerError(ValueError):
 def tuner_config(cfg: Config) -> TunerConfig:
     """The controller's settings from ``[tuner]``. Derived, not profile keys: feature slots of a quarter
     window (at most 30 s), a settle of a quarter window (at most 10 s; at most two windows, at most 120 s,
-    for the last censored requests), and a per-tenant guard that
-    needs a fifth of ``min_requests`` (5 to 30) on each side."""
+    for the last censored requests), a per-tenant guard that
+    needs a fifth of ``min_requests`` (5 to 30) on each side, and switchback trials of 8 slots whose
+    per-switch warm-up is half of ``warmup_s`` (each side gets ``window_s`` of counted arrivals)."""
     g = cfg.get
     window, n = g("tuner", "window_s"), g("tuner", "min_requests")
     return TunerConfig(mode=g("tuner", "mode"), window_s=window, warmup_s=g("tuner", "warmup_s"),
+                       switch_warmup_s=g("tuner", "warmup_s") / 2,
                        slot_s=min(30.0, window / 4), settle_s=min(10.0, window / 4), max_settle_s=min(120.0, 2 * window),
                        guard_min_requests=max(5, min(30, n // 5)),
                        min_requests=g("tuner", "min_requests"), cooldown_s=g("tuner", "cooldown_s"),

@@ -29,8 +29,14 @@ class TunerConfig:
       phase arm is accepted unless it is significantly worse than the incumbent by more than this.
     * ``cooldown_s``: after a decision, no new trial before this; ``max_rollbacks_per_hour``: freeze
       (``rollbacks``) while this many rollbacks happened in the last hour.
+    * ``switch_slots``, ``switch_warmup_s``: a trial is a switchback (``superinfer.tuner.switchback``):
+      ``switch_slots`` slots (even) alternate candidate and incumbent in the Thue-Morse order, each
+      ``window_s / (switch_slots / 2) + switch_warmup_s`` long, arrivals in the first ``switch_warmup_s``
+      of a slot not counted: each side gets ``window_s`` of counted arrivals.
     * ``knobs``, ``step_caps``: the tuned knobs and the most one decision moves each; ``trust_region``:
-      the initial radius of local steps as a share of the caps.
+      the initial radius of local steps as a share of the caps; ``arm_step_factor``: an offline study's
+      arm (a setting the study evaluated on the twin) may move each knob by up to this many step caps
+      in one decision (local steps: one cap).
     * ``slot_s``: feature slot length; ``ph_delta``, ``ph_lambda``: Page-Hinkley (feature units);
       ``phase_max_distance``: farther than this from every phase of the arms file is "unknown";
       ``classify_slots``: slots after a change before the phase is named (and jumped to).
@@ -50,9 +56,12 @@ class TunerConfig:
     noninferiority_margin: float = 0.02
     cooldown_s: float = 60.0
     max_rollbacks_per_hour: int = 3
+    switch_slots: int = 8
+    switch_warmup_s: float = 10.0
     knobs: tuple[str, ...] = DEFAULT_KNOBS
     step_caps: dict[str, float] = field(default_factory=dict)
     trust_region: float = 0.5
+    arm_step_factor: float = 3.0
     slot_s: float = 30.0
     ph_delta: float = 0.5
     ph_lambda: float = 3.0
@@ -66,7 +75,7 @@ class TunerConfig:
         if self.mode not in MODES:
             raise TunerConfigError(f"mode: expected one of {', '.join(MODES)}, got {self.mode!r}")
         positive = ("window_s", "slot_s", "max_settle_s", "ph_lambda")
-        non_negative = ("warmup_s", "settle_s", "cooldown_s", "ph_delta", "phase_max_distance")
+        non_negative = ("warmup_s", "switch_warmup_s", "settle_s", "cooldown_s", "ph_delta", "phase_max_distance")
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name in positive + non_negative:
@@ -80,7 +89,7 @@ class TunerConfig:
         for name in ("guard_margin", "noninferiority_margin"):
             if not 0 <= getattr(self, name) < 1:
                 raise TunerConfigError(f"{name}: expected 0 <= {name} < 1, got {getattr(self, name)!r}")
-        for name in ("min_requests", "guard_min_requests", "max_rollbacks_per_hour", "classify_slots"):
+        for name in ("min_requests", "guard_min_requests", "max_rollbacks_per_hour", "classify_slots", "switch_slots"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise TunerConfigError(f"{name}: expected an integer >= 1, got {v!r}")
@@ -89,5 +98,16 @@ class TunerConfig:
         if not 0 < self.gamma <= 1 or not 0 <= self.explore_threshold < 1:
             raise TunerConfigError(f"gamma/explore_threshold: expected 0 < gamma <= 1 and 0 <= threshold < 1, "
                                    f"got {self.gamma!r}, {self.explore_threshold!r}")
+        if self.switch_slots % 2:
+            raise TunerConfigError(f"switch_slots: expected an even number (half candidate, half incumbent), "
+                                   f"got {self.switch_slots!r}")
+        f = self.arm_step_factor
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or f < 1:
+            raise TunerConfigError(f"arm_step_factor: expected a finite number >= 1, got {f!r}")
         if self.warmup_s >= self.window_s * 4:
             raise TunerConfigError(f"warmup_s ({self.warmup_s}) should be well below window_s ({self.window_s})")
+
+    @property
+    def switch_s(self) -> float:
+        """The length of one switchback slot (warm-up included)."""
+        return self.window_s / (self.switch_slots // 2) + self.switch_warmup_s

@@ -5,19 +5,22 @@ monotonic time, or the twin's virtual time), and request times are on the same c
 only through ``writer`` (the daemon passes the path ``PUT /v1/params`` takes, with source ``tuner``).
 
 State machine (``state``): ``observe`` (the incumbent runs; a window after each change's warm-up
-measures it: the *baseline*) -> propose (the bandit picks an arm or holds) -> ``trial`` (the candidate
-runs for a warm-up and a window) -> accept (it becomes the incumbent) / reject (the incumbent is written
-back) / roll back (the guard fired during the trial: written back at once) -> ``cooldown`` -> observe.
+measures it: the *baseline*, which gates proposing) -> propose (the bandit picks an arm or holds) ->
+``trial`` (a switchback: candidate and incumbent alternate in slots, ``superinfer.tuner.trials``) ->
+accept (it becomes the incumbent) / reject (the incumbent is written back) / roll back (the guard fired
+during the trial: written back at once) -> ``cooldown`` -> observe (after a verdict, the trial's own
+measurement is the baseline, so the next proposal may follow the cooldown).
 ``frozen`` while :class:`~superinfer.tuner.freeze.Freeze` says so (a running trial is written back);
 ``off`` in mode off. Modes: ``shadow`` proposes and logs, writes nothing; ``advise`` also publishes the
 candidate as a recommendation; ``auto`` runs trials. A Page-Hinkley alarm on the workload features
 (``superinfer.tuner.phase``) aborts a running trial, forgets the baseline, resets the bandit, measures
 the incumbent in the new traffic for ``classify_slots`` slots, names the phase from the arms file and, in
-``auto``, jumps to that phase's arm (a trial of it, tested for non-inferiority against those slots).
+``auto``, jumps to that phase's arm (a switchback trial of it, tested for non-inferiority).
 
-Invariants: every setting written is within ``PARAM_BOUNDS`` and moves no tuned knob by more than its
-step cap from the incumbent (``KnobSpace``); at most one trial runs at a time; a rollback writes the
-incumbent in the same :meth:`tick` in which the guard fired.
+Invariants: every setting written is within ``PARAM_BOUNDS``, and is either the incumbent or a candidate
+that moves no tuned knob by more than its step cap from the incumbent (``arm_step_factor`` caps for an
+offline study's arm; ``KnobSpace``); at most one trial runs at a time; a rollback writes the incumbent in
+the same :meth:`tick` in which the guard fired.
 """
 
 from __future__ import annotations
@@ -26,17 +29,17 @@ import math
 from collections import deque
 from collections.abc import Callable, Mapping
 
-from superinfer.tuner import stats
 from superinfer.tuner.arms import Arms, empty_arms, merge_params
 from superinfer.tuner.bandit import DiscountedThompson
 from superinfer.tuner.config import TunerConfig
 from superinfer.tuner.controls import OperatorControls
 from superinfer.tuner.tracking import TrafficTracking
 from superinfer.tuner.decisions import Decision, Trial
+from superinfer.tuner.trials import TrialRunner
 from superinfer.tuner.freeze import Freeze
 from superinfer.tuner.local import LocalSearch
 from superinfer.tuner.measure import Measurements
-from superinfer.tuner.objective import Window
+from superinfer.tuner.objective import Score, Window
 from superinfer.tuner.phase import PageHinkley
 from superinfer.tuner.space import KnobSpace
 
@@ -44,7 +47,7 @@ Writer = Callable[[dict[str, float | int]], None]
 PRIOR_LOCAL, PRIOR_PHASE, PRIOR_ROBUST = (1.0, 1.0), (4.0, 1.0), (2.0, 1.0)
 
 
-class Controller(OperatorControls, TrafficTracking):
+class Controller(OperatorControls, TrafficTracking, TrialRunner):
     """See the module docstring. ``tenants``: name -> (TTFT SLO in s, weight); ``incumbent``: the live
     knob values at start (every tuned knob)."""
 
@@ -75,7 +78,7 @@ class Controller(OperatorControls, TrafficTracking):
         self.decision_count = 0
         self.trial: Trial | None = None
         self.candidate: dict[str, float] | None = None  # the trial's setting, or advise's recommendation
-        self.baseline: Window | None = None
+        self.baseline: Score | None = None  # the incumbent's last measurement in this traffic
         self.baseline_epoch = -1
         self.proposable = False
         self.obs: Window | None = None  # opened at the first arrival (the traffic's start is a change too)
@@ -115,8 +118,8 @@ class Controller(OperatorControls, TrafficTracking):
         self._last_tick = now
         if self.mode != "off":
             self.observed_s += dt
-            if self.trial is not None:
-                self.explore_s += dt
+            if self.trial is not None and not self.space.same(self.applied, self.incumbent):
+                self.explore_s += dt  # time the candidate was in force (a switchback runs both)
         self._slots(now)
         self._load_check(now)
         if self.mode == "off":
@@ -144,7 +147,7 @@ class Controller(OperatorControls, TrafficTracking):
             s = self.m.score(w, now)
             self.counts["windows"] += 1
             if s.decided >= self.cfg.min_requests:
-                self.baseline, self.baseline_epoch, self.proposable = w, self.epoch, True
+                self.baseline, self.baseline_epoch, self.proposable = s, self.epoch, True
                 self.objective["incumbent"] = s.value
         reason = self.freeze.reason(now)
         if reason is not None:
@@ -166,7 +169,7 @@ class Controller(OperatorControls, TrafficTracking):
         for name, arm in candidates:
             if arm is None:
                 continue
-            t = self.space.toward(self.incumbent, merge_params(self.incumbent, arm))
+            t = self.space.toward(self.incumbent, merge_params(self.incumbent, arm), self.cfg.arm_step_factor)
             if not self.space.same(t, self.incumbent):
                 arms.append(f"arm:{name}")
                 targets[f"arm:{name}"] = t
@@ -180,112 +183,7 @@ class Controller(OperatorControls, TrafficTracking):
             number, target = self.local.ask(self.incumbent)
         else:
             target = targets[choice]
-        self._propose(now, choice, target, why=f"bandit drew {shown}", base=self.baseline, number=number)
-
-    def _propose(self, now: float, arm: str, target: dict[str, float], why: str, base: Window | None,
-                 number: int | None = None) -> None:
-        target = self.space.toward(self.incumbent, target)  # a second cap, whatever produced it
-        if self.mode in ("shadow", "advise"):
-            if number is not None:
-                self.local.tell(number, None, False)
-            if self.mode == "advise":
-                self.candidate = dict(target)
-            self.cooldown_until = now + self.cfg.cooldown_s
-            self._log(now, "advise" if self.mode == "advise" else "propose",
-                      f"{self.mode}: would trial {arm} ({why}); nothing written", target)
-            return
-        if self.mode != "auto":
-            return
-        self.candidate = dict(target)
-        if base is not None and base is self.obs:
-            self.obs = None  # the baseline keeps collecting outcomes until the trial ends
-        self._apply(now, target)
-        w = self.m.open(now + self.cfg.warmup_s, self.cfg.window_s, "candidate")
-        expected = self.arms.robust.score if arm == "arm:robust" and self.arms.robust else \
-            (self.arms.phases[arm[4:]].score if arm.startswith("arm:") and arm[4:] in self.arms.phases else None)
-        self.trial = Trial(arm=arm, started=now, window=w, base=base, number=number, previous=dict(self.incumbent),
-                           expected=expected)
-        self.state = "trial"
-        self._log(now, "trial", f"{arm}: {why}", target)
-
-    def _run_trial(self, now: float) -> None:
-        tr = self.trial
-        cfg = self.cfg
-        self.state = "trial"
-        cand = self.m.score(tr.window, now)
-        base = self.m.score(tr.base, now) if tr.base is not None else None
-        if (base is None or base.decided < cfg.guard_min_requests) and tr.expected is not None:
-            low, z = stats.below_expected(cand, tr.expected, cfg.guard_alpha, cfg.guard_margin, cfg.guard_min_requests)
-            if low:
-                self._rollback(now, f"guard: {cand.value:.3f} is below the study's {tr.expected:.3f} for this arm "
-                               f"(z {z:.2f}, margin {cfg.guard_margin}; no baseline in this traffic)", cand, None)
-                return
-        if base is not None:
-            tenant, z = stats.guard_fires(cand, base, cfg.guard_alpha, cfg.guard_margin, cfg.guard_min_requests)
-            if tenant is not None:
-                ct, bt = cand.tenant(tenant)[0], base.tenant(tenant)[0]
-                self._rollback(now, f"guard: tenant {tenant} at {ct:.3f} vs the incumbent's {bt:.3f} "
-                               f"(z {z:.2f} > {stats.z_quantile(1 - cfg.guard_alpha):.2f}, margin {cfg.guard_margin})",
-                               cand, base)
-                return
-        if not self.m.evaluable(tr.window, now):
-            return
-        if cand.decided < cfg.min_requests:
-            if not tr.extended:
-                tr.extended = True
-                tr.window.end += cfg.window_s
-                return
-            self._end_trial(now, "reject", f"inconclusive: {cand.decided} decided requests (< {cfg.min_requests})",
-                            write_back=True, gain=None)
-            return
-        self.objective["candidate"] = cand.value
-        self.counts["windows"] += 1
-        if base is None or base.decided < cfg.min_requests // 2:
-            low = tr.expected is None or stats.below_expected(cand, tr.expected, cfg.alpha, cfg.noninferiority_margin,
-                                                              cfg.guard_min_requests)[0]
-            why = (f"no baseline in this traffic ({0 if base is None else base.decided} < {cfg.min_requests // 2} "
-                   f"decided); {cand.value:.4f} against the study's {tr.expected} for this arm")
-            self._end_trial(now, "reject" if low else "accept", why, write_back=low, gain=None)
-            return
-        if tr.arm.startswith("arm:"):
-            ok, z = stats.not_worse(cand, base, cfg.alpha, cfg.noninferiority_margin)
-            test = f"non-inferiority within {cfg.noninferiority_margin}"
-        else:
-            ok, z = stats.better(cand, base, cfg.alpha)
-            test = "superiority"
-        why = (f"{cand.value:.4f} vs {base.value:.4f} over {cand.decided}/{base.decided} requests, {test} z {z:.2f} "
-               f"(one-sided alpha {cfg.alpha})")
-        self._end_trial(now, "accept" if ok else "reject", why, write_back=not ok, gain=cand.value - base.value)
-
-    def _rollback(self, now: float, why: str, cand, base) -> None:
-        self.freeze.rolled_back(now)
-        self.counts["rollbacks"]["guard"] = self.counts["rollbacks"].get("guard", 0) + 1
-        gain = None if base is None else cand.value - base.value
-        self._end_trial(now, "rollback", why, write_back=True, gain=gain)
-
-    def _end_trial(self, now: float, outcome: str, reason: str, *, write_back: bool, gain: float | None) -> None:
-        tr, self.trial = self.trial, None
-        if tr is None:
-            return
-        self.counts["trials"][outcome] = self.counts["trials"].get(outcome, 0) + 1
-        if tr.number is not None:
-            self.local.tell(tr.number, gain, outcome == "accept")
-        if outcome in ("accept", "reject", "rollback"):
-            self.bandit.update(tr.arm, outcome == "accept")
-        self.m.close(tr.base if tr.base is not self.baseline else None)
-        if outcome == "accept":
-            self.incumbent = dict(self.applied)
-            self.m.close(tr.window)
-            self.baseline, self.baseline_epoch, self.proposable = tr.window, self.epoch, True
-        else:
-            self.m.close(tr.window)
-            if write_back:
-                self._apply(now, self.incumbent)
-            self.proposable = outcome == "reject" and self.baseline is not None
-        self.candidate = None
-        self.cooldown_until = now + self.cfg.cooldown_s
-        self.state = "cooldown"
-        self._log(now, outcome, f"{tr.arm}: {reason}", dict(self.applied))
+        self._propose(now, choice, target, why=f"bandit drew {shown}", number=number)
 
     # ---- helpers ----------------------------------------------------------------------------------
     def _apply(self, now: float, setting: Mapping[str, float]) -> None:

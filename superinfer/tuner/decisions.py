@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from superinfer.tuner.objective import Window
+from superinfer.tuner.switchback import Switchback
 
 #: every ``action`` a decision may carry
 ACTIONS = ("mode", "freeze", "unfreeze", "adopt", "phase", "hold", "propose", "advise", "trial", "accept",
@@ -33,15 +33,15 @@ class Decision:
 
 @dataclass
 class Trial:
-    """The running trial: which arm, since when, its measurement window, the baseline window it is
-    compared with (None: none yet), the Optuna trial number of a local step, the incumbent before it, and
-    an offline arm's score in its study (what it is held to when there is no baseline)."""
+    """The running trial: which arm, since when, its switchback (the slots and the windows of both
+    sides), the candidate setting, the Optuna trial number of a local step, the incumbent before it, and
+    an offline arm's score in its study."""
 
     arm: str
     started: float
-    window: Window
-    base: Window | None
+    sb: Switchback
+    setting: dict[str, float]
     number: int | None
     previous: dict[str, float]
-    expected: float | None = None  # an offline arm's score in the study: the reference without a baseline
+    expected: float | None = None  # an offline arm's score in its study (reported with the verdict, not tested)
     extended: bool = False

@@ -88,8 +88,8 @@ class Measurements:
             return True
         return w.censored(self.past_ttft(w, now)) <= CENSORED_OK * max(w.arrived, 1)
 
-    def score(self, w: Window, now: float) -> Score:
-        return w.score(self.weights, self.past_ttft(w, now))
+    def score(self, w: Window, now: float, provisional: bool = False) -> Score:
+        return w.score(self.weights, self.past_ttft(w, now), provisional)
 
     # ---- feature slots --------------------------------------------------------------------------
     def closed_slots(self, now: float) -> list[dict[str, float]]:

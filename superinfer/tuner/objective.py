@@ -99,11 +99,18 @@ class Window:
         p = past_ttft or {}
         return sum(c.censored(p.get(t, True)) for t, c in self.tenants.items())
 
-    def score(self, weights: Mapping[str, float], past_ttft: Mapping[str, bool] | None = None) -> "Score":
+    def score(self, weights: Mapping[str, float], past_ttft: Mapping[str, bool] | None = None,
+              provisional: bool = False) -> "Score":
         """The weighted attainment and what a test needs (see :class:`Score`). ``past_ttft[t]``: the
-        window's end lies more than tenant ``t``'s S_F in the past (default True)."""
+        window's end lies more than tenant ``t``'s S_F in the past (default True). ``provisional``: count
+        the requests that met their TTFT SLO and still run as hits (what the guard may act on before they
+        finish; their TBT is not known yet)."""
         p = past_ttft or {}
-        return Score.of({t: (c.hits, c.decided(p.get(t, True))) for t, c in self.tenants.items()}, weights)
+        out = {}
+        for t, c in self.tenants.items():
+            running = max(c.firsts - c.ttft_miss - c.finished_ok_ttft, 0) if provisional else 0
+            out[t] = (c.hits + running, c.decided(p.get(t, True)) + running)
+        return Score.of(out, weights)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,9 @@ def status(c: Controller, now: float, to_wall: Clock = lambda t: t, last: int = 
     cfg = c.cfg
     reason = c.freeze.reason(now)
     trial = c.trial
-    base = c.m.score(c.baseline, now) if c.baseline is not None else None
+    base = c.baseline
+    if trial is not None:
+        cand, base = c._scores(now)
     return {
         "mode": c.mode,
         "state": c.state,
@@ -45,13 +47,16 @@ def status(c: Controller, now: float, to_wall: Clock = lambda t: t, last: int = 
         "rollbacks_last_hour": c.freeze.rollbacks_last_hour(now),
         "trial": None if trial is None else {
             "arm": trial.arm, "started_at": round(to_wall(trial.started), 3),
-            "window": {"start_at": round(to_wall(trial.window.start), 3), "end_at": round(to_wall(trial.window.end), 3)},
-            "objective": _num(c.m.score(trial.window, now).value), "decided": c.m.score(trial.window, now).decided},
+            "window": {"start_at": round(to_wall(trial.sb.start), 3), "end_at": round(to_wall(trial.sb.end), 3)},
+            "switchback": {"slot": trial.sb.k, "slots": trial.sb.slots, "slot_s": trial.sb.slot_s,
+                           "warmup_s": trial.sb.warmup_s, "running": trial.sb.side_now()},
+            "objective": _num(cand.value), "decided": cand.decided},
         "baseline": None if base is None else {"objective": _num(base.value), "decided": base.decided},
         "objective": {k: _num(v) for k, v in c.objective.items()},
         "applied": c.space.values(c.applied),
         "knobs": list(c.space.knobs),
         "step_caps": dict(c.space.caps),
+        "arm_step_factor": cfg.arm_step_factor,
         "trust_radius": round(c.local.radius, 4),
         "arms": {"robust": c.arms.robust is not None, "phases": sorted(c.arms.phases), "file": c.arms.path or None},
         "bandit": {n: round(c.bandit.mean(n), 4) for n in sorted(c.bandit.arms)},
@@ -68,7 +73,10 @@ def status(c: Controller, now: float, to_wall: Clock = lambda t: t, last: int = 
 def test_description(c: Controller) -> dict[str, Any]:
     cfg = c.cfg
     return {
-        "accept": "one-sided two-proportion z-test (Wald, Kish effective n): superiority for local steps, "
+        "design": f"switchback: {cfg.switch_slots} slots of {cfg.switch_s:g} s alternating candidate and incumbent "
+                  f"(Thue-Morse order), the first {cfg.switch_warmup_s:g} s of each not counted",
+        "accept": "one-sided two-proportion z-test (Wald, Kish effective n) of the candidate's slots against the "
+                  "incumbent's: superiority for local steps, "
                   f"non-inferiority within {cfg.noninferiority_margin} for offline arms",
         "alpha": cfg.alpha, "min_requests": cfg.min_requests,
         "detectable_at_0.9": round(stats.detectable_delta(cfg.min_requests, 0.9, cfg.alpha), 4),

@@ -2,9 +2,10 @@
 
 Bounds are the core's ``PARAM_BOUNDS`` (the same table ``PUT /v1/params`` checks); integer knobs are
 the core's ``INTEGER_PARAMS``. Invariants of every method that returns a setting: each tuned knob is
-within its bounds and an integer where the core says so; :meth:`KnobSpace.toward` and
-:meth:`KnobSpace.local` never move a knob by more than its step cap from where it starts; knobs that are
-not tuned are passed through unchanged.
+within its bounds and an integer where the core says so; :meth:`KnobSpace.local` never moves a knob by
+more than its step cap from where it starts, and :meth:`KnobSpace.toward` by more than ``factor`` times
+it (``factor`` 1 for anything but an offline study's arm: see ``TunerConfig.arm_step_factor``); knobs
+that are not tuned are passed through unchanged.
 """
 
 from __future__ import annotations
@@ -87,19 +88,22 @@ class KnobSpace:
             out[k] = float(round(v)) if k in INTEGER_PARAMS else v
         return out
 
-    def toward(self, start: Mapping[str, float], target: Mapping[str, float]) -> Setting:
-        """Move from ``start`` toward ``target``, each tuned knob by at most its step cap (knobs that
-        ``target`` does not name stay). Integer knobs move by whole steps no larger than the cap."""
+    def toward(self, start: Mapping[str, float], target: Mapping[str, float], factor: float = 1.0) -> Setting:
+        """Move from ``start`` toward ``target``, each tuned knob by at most ``factor`` times its step cap
+        (knobs that ``target`` does not name stay). Integer knobs move by whole steps no larger than the
+        cap."""
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1 or not math.isfinite(factor):
+            raise SpaceError(f"factor: expected a finite number >= 1, got {factor!r}")
         out = self.clip(start)
         for k in self.knobs:
             if k not in target:
                 continue
-            cap = self.caps[k]
+            cap = self.caps[k] * factor
             if k in INTEGER_PARAMS:
                 cap = math.floor(cap)
             delta = _finite(k, target[k]) - out[k]
             out[k] = out[k] + max(-cap, min(cap, delta))
-        return self._clip_within_cap(start, out)
+        return self._clip_within_cap(start, out, factor)
 
     def local(self, start: Mapping[str, float], u: Mapping[str, float], radius: float) -> Setting:
         """A local step: knob ``k`` moves by ``u[k] * radius * cap[k]`` (``u`` in [-1, 1], ``radius`` in
@@ -113,13 +117,13 @@ class KnobSpace:
             out[k] = base[k] + step
         return self._clip_within_cap(start, out)
 
-    def _clip_within_cap(self, start: Mapping[str, float], out: Setting) -> Setting:
+    def _clip_within_cap(self, start: Mapping[str, float], out: Setting, factor: float = 1.0) -> Setting:
         """Clip into bounds; rounding an integer knob never takes it past its cap from ``start``."""
         res = self.clip(out)
         for k in self.knobs:
             if k in INTEGER_PARAMS:
                 s = min(max(float(start.get(k, res[k])), self.bounds[k][0]), self.bounds[k][1])
-                cap = math.floor(self.caps[k])
+                cap = math.floor(self.caps[k] * factor)
                 res[k] = float(min(max(res[k], math.ceil(s - cap)), math.floor(s + cap)))
                 res[k] = float(min(max(res[k], self.bounds[k][0]), self.bounds[k][1]))
         return res

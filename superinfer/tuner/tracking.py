@@ -61,10 +61,11 @@ class TrafficTracking:
             self._log(now, "phase", f"phase {name or 'unknown'} (distance {d:.2f})")
         if not jump or name is None or self.mode == "off" or self.freeze.reason(now):
             return
-        target = self.space.toward(self.incumbent, merge_params(self.incumbent, self.arms.phases[name]))
+        target = self.space.toward(self.incumbent, merge_params(self.incumbent, self.arms.phases[name]),
+                                   self.cfg.arm_step_factor)
         if self.space.same(target, self.incumbent):
             return
-        self._propose(now, f"arm:{name}", target, why=f"jump to the study's arm for phase {name}", base=self.obs)
+        self._propose(now, f"arm:{name}", target, why=f"jump to the study's arm for phase {name}")
 
     def _load_check(self, now: float) -> None:
         rate = rate_of(list(self.recent))

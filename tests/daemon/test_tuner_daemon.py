@@ -82,9 +82,12 @@ def test_rollback_of_an_injected_bad_setting_then_restart(tmp_path: Path) -> Non
         rollback = next(x for x in t["last_decisions"] if x["action"] == "rollback")
         assert "jump to the study's arm for phase chat" in trial["reason"]
         assert rollback["reason"].startswith("arm:chat: guard:")
-        # within the trial's first window: warm-up 1 s + window 4 s + S_F 2 s (a request with no first token
-        # is a miss once S_F has passed), plus two 2 s ticks of slack on a busy machine
-        assert rollback["at"] - trial["at"] <= 1.0 + 4.0 + 2.0 + 4.0
+        # within the trial: a switchback of 8 slots of 1.5 s (4 s of arrivals per side, warm-up 0.5 s per
+        # switch) + S_F 2 s (a request with no first token is a miss once S_F has passed), plus two 2 s
+        # ticks of slack on a busy machine. Slots this short (shorter than S_F) let the incumbent's slots
+        # serve what the candidate starved, so the harm shows only as the trial goes on.
+        assert "switchback" in trial["reason"]
+        assert rollback["at"] - trial["at"] <= 8 * 1.5 + 2.0 + 4.0
         assert t["incumbent"]["step_slo_share"] == 0.8 and t["rollbacks_last_hour"] == 1
         p = d.get("/v1/params").json()
         assert p["step_slo_share"] == 0.8 and p["source"] == "tuner" and p["version"] >= 3  # out and back

@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS
+from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS, PARAM_DEFAULTS
+from superinfer.tuner.config import TunerConfig
+from superinfer.tuner.offline.study import SEARCH_RANGES
 from superinfer.tuner.space import DEFAULT_KNOBS, KnobSpace, SpaceError
 
 SPACE = KnobSpace(DEFAULT_KNOBS)
@@ -27,19 +29,49 @@ def settings_in_bounds() -> st.SearchStrategy[dict]:
 ANY = st.floats(-1e7, 1e7, allow_nan=False)
 
 
-def assert_valid(s: dict, start: dict) -> None:
+def assert_valid(s: dict, start: dict, factor: float = 1.0) -> None:
     for k in DEFAULT_KNOBS:
         lo, hi = PARAM_BOUNDS[k]
         assert lo <= s[k] <= hi, (k, s[k])
         if k in INTEGER_PARAMS:
             assert s[k] == int(s[k]), (k, s[k])
-        assert abs(s[k] - start[k]) <= SPACE.caps[k] + 1e-9, (k, start[k], s[k])
+        assert abs(s[k] - start[k]) <= factor * SPACE.caps[k] + 1e-9, (k, start[k], s[k])
 
 
 @settings(max_examples=150, deadline=None)
 @given(start=settings_in_bounds(), target=st.fixed_dictionaries({k: ANY for k in DEFAULT_KNOBS}))
 def test_toward_stays_in_bounds_and_caps(start: dict, target: dict) -> None:
     assert_valid(SPACE.toward(start, target), start)
+
+
+@settings(max_examples=150, deadline=None)
+@given(start=settings_in_bounds(), target=st.fixed_dictionaries({k: ANY for k in DEFAULT_KNOBS}),
+       factor=st.floats(1.0, 10.0))
+def test_toward_an_arm_moves_at_most_factor_caps(start: dict, target: dict, factor: float) -> None:
+    assert_valid(SPACE.toward(start, target, factor), start, factor)
+
+
+@settings(max_examples=100, deadline=None)
+@given(target=st.fixed_dictionaries({k: st.floats(*SEARCH_RANGES[k]) if k not in INTEGER_PARAMS
+                                     else st.integers(int(SEARCH_RANGES[k][0]), int(SEARCH_RANGES[k][1])).map(float)
+                                     for k in DEFAULT_KNOBS}))
+def test_any_study_arm_is_reached_from_the_defaults_in_two_decisions(target: dict) -> None:
+    """docs/tuner.md's claim for the default arm_step_factor (3): every setting a study can propose
+    (inside SEARCH_RANGES) is at most two capped decisions from the core's defaults."""
+    factor = TunerConfig().arm_step_factor
+    s = {k: float(PARAM_DEFAULTS[k]) for k in DEFAULT_KNOBS}
+    for _ in range(2):
+        s = SPACE.toward(s, target, factor)
+    assert SPACE.same(s, target, tol=1e-6), {k: (s[k], target[k]) for k in DEFAULT_KNOBS}
+
+
+def test_one_cap_does_not_reach_every_study_arm_in_two_decisions() -> None:
+    """The previous claim fails without the factor (so the test above can fail): delta_f from 0.5 to -4.8."""
+    s = {k: float(PARAM_DEFAULTS[k]) for k in DEFAULT_KNOBS}
+    target = {**s, "delta_f": -4.8}
+    for _ in range(2):
+        s = SPACE.toward(s, target)
+    assert not SPACE.same(s, target)
 
 
 @settings(max_examples=150, deadline=None)
@@ -86,3 +118,5 @@ def test_bad_spaces_are_refused_with_the_knob_named() -> None:
         KnobSpace(["min_residency"], {"min_residency": 0.5})
     with pytest.raises(SpaceError, match="at least one knob"):
         KnobSpace([])
+    with pytest.raises(SpaceError, match="factor"):
+        SPACE.toward(SPACE.clip({}), {}, 0.5)

@@ -33,8 +33,10 @@ class World:
     seed: int = 0
     phase: str = "a"
     voice_share: float = 0.0
+    drift: Callable[[float], float] | None = None  # added to the attainment at arrival time t (clipped)
     params: dict = field(default_factory=lambda: dict(START))
-    writes: list[tuple[float, dict, dict]] = field(default_factory=list)  # (t, values written, incumbent then)
+    #: (t, values written, incumbent then, the running trial's arm or None)
+    writes: list[tuple[float, dict, dict, str | None]] = field(default_factory=list)
 
     def run(self, ctl: Controller, t0: float, t1: float, tick: float = 1.0) -> None:
         """Arrivals in [t0, t1), ticks every ``tick`` s; outcomes ``delay`` s after arrival."""
@@ -48,7 +50,8 @@ class World:
                 next_tick += tick
             tenant = "voice" if rng.random() < self.voice_share else "chat"
             ctl.arrival(t, tenant, 1000 if self.phase == "a" else 8000)
-            ok = rng.random() < self.attainment(self.params, self.phase)
+            p = self.attainment(self.params, self.phase) + (self.drift(t) if self.drift is not None else 0.0)
+            ok = rng.random() < min(max(p, 0.0), 1.0)
             pending.append((t + self.delay, t, tenant, ok))
         self._settle(ctl, pending, t1)
         ctl.tick(t1)
@@ -62,13 +65,14 @@ class World:
     def writer(self, ctl_ref: list) -> Callable[[dict], None]:
         def write(values: dict) -> None:
             ctl = ctl_ref[0] if ctl_ref else None
-            self.writes.append((ctl._last_tick if ctl else 0.0, dict(values), dict(ctl.incumbent) if ctl else {}))
+            arm = ctl.trial.arm if ctl is not None and ctl.trial is not None else None
+            self.writes.append((ctl._last_tick if ctl else 0.0, dict(values), dict(ctl.incumbent) if ctl else {}, arm))
             self.params.update(values)
         return write
 
 
 def make(world: World, arms: Arms | None = None, **cfg) -> Controller:
-    base = dict(mode="auto", window_s=20.0, warmup_s=2.0, min_requests=150, settle_s=1.0, max_settle_s=10.0,
+    base = dict(mode="auto", window_s=20.0, warmup_s=2.0, switch_warmup_s=1.0, min_requests=150, settle_s=1.0, max_settle_s=10.0,
                 cooldown_s=5.0, slot_s=5.0, seed=1)
     base.update(cfg)
     ref: list = []

@@ -1,0 +1,145 @@
+"""What the controller does with one candidate: start a switchback trial, switch its slots, guard it,
+judge it, and end it (accept / reject / roll back / abort).
+
+A mixin of :class:`~superinfer.tuner.controller.Controller` (it uses the controller's state, ``_apply``
+and ``_log``); kept apart so each file has one job. The comparison is the switchback's
+(``superinfer.tuner.switchback``): candidate slots against incumbent slots of the same trial.
+
+Tests (``superinfer.tuner.stats``), one-sided two-proportion z-tests on the two sides' pooled requests:
+
+* guard, at every tick: any tenant with ``guard_min_requests`` decided requests on both sides worse by
+  more than ``guard_margin`` at ``guard_alpha`` -> roll back in that tick; tested twice, on the decided
+  requests and provisionally (requests that met TTFT and still run counted as hits on both sides: the
+  incumbent's slots come second, and their requests would otherwise wait for their finish to count),
+  so the guard's false-alarm rate is at most ``2 guard_alpha``. It compares only the trial's
+  own slots (an offline arm is no longer held to its study score while the incumbent side is empty:
+  live traffic inherits a queue the study never saw, and that check rolled back good arms for it), so
+  a disastrous candidate runs at most its first slot and the few seconds the incumbent's first slot
+  needs to decide ``guard_min_requests`` requests.
+* verdict, once every slot has run and settled: superiority at ``alpha`` for a local step;
+  non-inferiority within ``noninferiority_margin`` for an offline arm. A side with fewer than
+  ``min_requests`` decided requests extends the trial once by as many slots again, then the trial is
+  inconclusive and rejected.
+"""
+
+from __future__ import annotations
+
+from superinfer.tuner import stats
+from superinfer.tuner.decisions import Trial
+from superinfer.tuner.objective import Score
+from superinfer.tuner.switchback import CANDIDATE, INCUMBENT, Switchback
+
+
+class TrialRunner:
+    def _propose(self, now: float, arm: str, target: dict[str, float], why: str, number: int | None = None) -> None:
+        factor = self.cfg.arm_step_factor if arm.startswith("arm:") else 1.0
+        target = self.space.toward(self.incumbent, target, factor)  # a second cap, whatever produced it
+        if self.mode in ("shadow", "advise"):
+            if number is not None:
+                self.local.tell(number, None, False)
+            if self.mode == "advise":
+                self.candidate = dict(target)
+            self.cooldown_until = now + self.cfg.cooldown_s
+            self._log(now, "advise" if self.mode == "advise" else "propose",
+                      f"{self.mode}: would trial {arm} ({why}); nothing written", target)
+            return
+        if self.mode != "auto":
+            return
+        self.candidate = dict(target)
+        self.m.close(self.obs)
+        self.obs = None
+        cfg = self.cfg
+        sb = Switchback(cfg.switch_s, cfg.switch_warmup_s, cfg.switch_slots)
+        expected = self.arms.robust.score if arm == "arm:robust" and self.arms.robust else \
+            (self.arms.phases[arm[4:]].score if arm.startswith("arm:") and arm[4:] in self.arms.phases else None)
+        self.trial = Trial(arm=arm, started=now, sb=sb, setting=dict(target), number=number,
+                           previous=dict(self.incumbent), expected=expected)
+        self.state = "trial"
+        self._log(now, "trial", f"{arm}: {why} (switchback: {sb.slots} slots of {sb.slot_s:g} s, "
+                  f"warm-up {sb.warmup_s:g} s each)", target)
+        self._switch(now)
+
+    def _switch(self, now: float) -> None:
+        """Enter every slot that is due (a late tick skips none: each is entered, the last one wins)."""
+        tr = self.trial
+        while tr is not None and tr.sb.due(now):
+            side = tr.sb.switch(now, self.m)
+            self._apply(now, tr.setting if side == CANDIDATE else self.incumbent)
+
+    def _scores(self, now: float, provisional: bool = False) -> tuple[Score, Score]:
+        sb = self.trial.sb
+        return sb.score(CANDIDATE, self.m, now, provisional), sb.score(INCUMBENT, self.m, now, provisional)
+
+    def _run_trial(self, now: float) -> None:
+        tr = self.trial
+        cfg = self.cfg
+        self.state = "trial"
+        self._switch(now)
+        cand, base = self._scores(now)
+        for prov in (False, True):
+            c, b = (cand, base) if not prov else self._scores(now, provisional=True)
+            tenant, z = stats.guard_fires(c, b, cfg.guard_alpha, cfg.guard_margin, cfg.guard_min_requests)
+            if tenant is not None:
+                ct, bt = c.tenant(tenant)[0], b.tenant(tenant)[0]
+                kind = "provisional (running requests that met TTFT as hits)" if prov else "decided"
+                self._rollback(now, f"guard: tenant {tenant} at {ct:.3f} vs the incumbent's {bt:.3f}, {kind} "
+                               f"(z {z:.2f} > {stats.z_quantile(1 - cfg.guard_alpha):.2f}, margin {cfg.guard_margin})",
+                               cand, base)
+                return
+        if not tr.sb.evaluable(self.m, now):
+            return
+        if min(cand.decided, base.decided) < cfg.min_requests:
+            if not tr.extended:
+                tr.extended = True
+                tr.sb.extend(cfg.switch_slots, now)
+                self._switch(now)
+                return
+            self._end_trial(now, "reject", f"inconclusive: {cand.decided}/{base.decided} decided requests "
+                            f"(< {cfg.min_requests})", write_back=True, gain=None)
+            return
+        self.objective["candidate"], self.objective["incumbent"] = cand.value, base.value
+        self.counts["windows"] += 1
+        if tr.arm.startswith("arm:"):
+            ok, z = stats.not_worse(cand, base, cfg.alpha, cfg.noninferiority_margin)
+            test = f"non-inferiority within {cfg.noninferiority_margin}"
+        else:
+            ok, z = stats.better(cand, base, cfg.alpha)
+            test = "superiority"
+        why = (f"{cand.value:.4f} vs {base.value:.4f} over {cand.decided}/{base.decided} requests (switchback, "
+               f"{tr.sb.k} slots), {test} z {z:.2f} (one-sided alpha {cfg.alpha})"
+               + (f"; the study's score {tr.expected:.4f}" if tr.expected is not None else ""))
+        self._end_trial(now, "accept" if ok else "reject", why, write_back=not ok, gain=cand.value - base.value,
+                        scores=(cand, base))
+
+    def _rollback(self, now: float, why: str, cand: Score, base: Score | None) -> None:
+        self.freeze.rolled_back(now)
+        self.counts["rollbacks"]["guard"] = self.counts["rollbacks"].get("guard", 0) + 1
+        gain = None if base is None else cand.value - base.value
+        self._end_trial(now, "rollback", why, write_back=True, gain=gain)
+
+    def _end_trial(self, now: float, outcome: str, reason: str, *, write_back: bool, gain: float | None,
+                   scores: tuple[Score, Score] | None = None) -> None:
+        tr, self.trial = self.trial, None
+        if tr is None:
+            return
+        self.counts["trials"][outcome] = self.counts["trials"].get(outcome, 0) + 1
+        if tr.number is not None:
+            self.local.tell(tr.number, gain, outcome == "accept")
+        if outcome in ("accept", "reject", "rollback"):
+            self.bandit.update(tr.arm, outcome == "accept")
+        tr.sb.close(self.m)
+        if outcome == "accept":
+            self.incumbent = dict(tr.setting)
+            self._apply(now, self.incumbent)
+        elif write_back:
+            self._apply(now, self.incumbent)
+        # a verdict measured both sides in this traffic: the next proposal needs no fresh baseline
+        if scores is not None:
+            self.baseline, self.baseline_epoch = scores[0] if outcome == "accept" else scores[1], self.epoch
+            self.proposable = True
+        else:
+            self.proposable = False
+        self.candidate = None
+        self.cooldown_until = now + self.cfg.cooldown_s
+        self.state = "cooldown"
+        self._log(now, outcome, f"{tr.arm}: {reason}", dict(self.applied))
