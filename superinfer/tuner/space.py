@@ -18,14 +18,15 @@ from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS, PARAM_DEFAULTS
 Setting = dict[str, float]
 
 #: the knobs tuned unless the profile says otherwise (``max_rotations`` is a starvation guard, not a
-#: performance knob, so it is left to the operator)
+#: performance knob, so it is left to the operator; ``backfill``, an on/off admission rule, may be listed
+#: in ``[tuner] knobs`` but is not in the default set: no bench run has measured tuning it)
 DEFAULT_KNOBS: tuple[str, ...] = ("alpha", "delta_b", "delta_f", "min_residency", "slack_gate_s",
                                   "rotation_margin_s", "hopeless_last", "step_slo_share")
 #: the most one decision may move each knob (its units: seconds for the deltas and gates, iterations for
 #: ``min_residency``, a share of the tightest TBT SLO for ``step_slo_share``)
 DEFAULT_STEP_CAPS: dict[str, float] = {
     "alpha": 2.0, "delta_b": 0.05, "delta_f": 2.0, "min_residency": 4, "max_rotations": 16,
-    "slack_gate_s": 2.0, "rotation_margin_s": 1.0, "hopeless_last": 1, "step_slo_share": 1.2,
+    "slack_gate_s": 2.0, "rotation_margin_s": 1.0, "hopeless_last": 1, "step_slo_share": 1.2, "backfill": 1,
 }
 
 
@@ -50,6 +51,9 @@ class KnobSpace:
         if unknown:
             raise SpaceError(f"knobs: unknown knob(s) {unknown}; known: {', '.join(PARAM_BOUNDS)}")
         caps = dict(DEFAULT_STEP_CAPS)
+        missing = [k for k in self.knobs if k not in caps and k not in (step_caps or {})]
+        if missing:
+            raise SpaceError(f"step_caps: no default cap for {missing}; set [tuner] step_caps for them")
         for k, v in (step_caps or {}).items():
             if k not in PARAM_BOUNDS:
                 raise SpaceError(f"step_caps: unknown knob {k!r}; known: {', '.join(PARAM_BOUNDS)}")

@@ -120,3 +120,12 @@ def test_bad_spaces_are_refused_with_the_knob_named() -> None:
         KnobSpace([])
     with pytest.raises(SpaceError, match="factor"):
         SPACE.toward(SPACE.clip({}), {}, 0.5)
+
+
+def test_every_knob_of_the_core_can_be_tuned() -> None:
+    """Any knob ``[tuner] knobs`` accepts (the core's PARAM_BOUNDS) has a default step cap and a study
+    search range (``backfill`` had neither: listing it crashed with a KeyError)."""
+    space = KnobSpace(tuple(PARAM_BOUNDS))
+    assert set(space.caps) == set(PARAM_BOUNDS) == set(SEARCH_RANGES)
+    s = space.toward(space.clip({}), {"backfill": 0})
+    assert s["backfill"] == 0.0 and space.values(s)["backfill"] == 0
