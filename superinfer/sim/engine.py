@@ -56,8 +56,9 @@ class HostCosts:
 
     * ``step_s``: added to every iteration (e.g. the vLLM plugin's table refresh and KV connector hooks,
       beyond the stock scheduler that a calibration already includes);
-    * ``plan_s``: added to an iteration that plans (one where :func:`superinfer.core.nothing_to_plan` is
-      false; the plugin skips planning otherwise);
+    * ``plan_s`` + ``plan_per_live_s`` x live requests: added to an iteration that plans (the plugin skips
+      the plan where :func:`superinfer.core.nothing_to_plan` holds or the policy's ``only_serves_batch``
+      does, and so does this term);
     * ``arrival_s``: per arriving request, serial with the engine loop (input processing between steps);
     * ``new_shape_s``: added to an iteration whose batch size in tokens the engine has not run before (on
       CPU, kernels are set up per shape: a prompt length never seen costs more than the warm fit says).
@@ -67,9 +68,10 @@ class HostCosts:
     plan_s: float = 0.0
     arrival_s: float = 0.0
     new_shape_s: float = 0.0
+    plan_per_live_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("step_s", "plan_s", "arrival_s", "new_shape_s"):
+        for name in ("step_s", "plan_s", "arrival_s", "new_shape_s", "plan_per_live_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"host costs: {name} must be a finite number >= 0 (seconds), got {v!r}")
@@ -244,7 +246,7 @@ class Simulator:
         decode = (tokens == 1) & (st.outputs[rows] > 0)
         price = cm.price_step(tokens, st.num_computed[rows], decode, moves.h2d_blocks, len(moves.swap_out),
                               len(moves.sync))
-        t_end = now + price.step_s + self._host_s(snap, cap, int(tokens.sum()))
+        t_end = now + price.step_s + self._host_s(snap, cap, int(tokens.sum()), now)
         self.max_h2d = max(self.max_h2d, moves.h2d_blocks)
         self.max_d2h = max(self.max_d2h, moves.d2h_blocks)
         self.max_used = max(self.max_used, st.ledger.hbm.used)
@@ -252,11 +254,12 @@ class Simulator:
         sampled = st.advance(plan, t_end, rows)
         return StepResult(now, t_end, plan, snap, moves, price, plan_s, sampled)
 
-    def _host_s(self, snap: Snapshot, cap: Capacity, tokens: int) -> float:
-        host = self.cfg.host
+    def _host_s(self, snap: Snapshot, cap: Capacity, tokens: int, now: float) -> float:
+        host, cfg = self.cfg.host, self.cfg
         extra = host.step_s
-        if host.plan_s > 0 and not nothing_to_plan(snap, cap):
-            extra += host.plan_s
+        if (host.plan_s > 0 or host.plan_per_live_s > 0) and not nothing_to_plan(snap, cap) \
+                and not self.policy.only_serves_batch(snap, cap, cfg.params, cfg.tenants, now):
+            extra += host.plan_s + host.plan_per_live_s * len(snap)
         if host.new_shape_s > 0 and tokens and tokens not in self._shapes:
             self._shapes.add(tokens)
             extra += host.new_shape_s

@@ -20,13 +20,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import click
 import numpy as np
 
 from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS
 from superinfer.vllm.bench_text import echo_summary
+
+#: RotaScheduler's sums of its plans' wall time against the live requests (``RotaScheduler._time_plan``)
+PLAN_SUMS = ("plan_timed", "plan_ns", "plan_live", "plan_live_sq", "plan_ns_x_live")
 
 
 def _requests(workload: str, arrival: str, rps: float, duration: float, seed: int, max_len: int):
@@ -122,9 +125,12 @@ def instrument_stock(sched: Any) -> dict[str, int]:
 
 
 def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, float], workdir: Path,
-               traces: dict[tuple[str, int], Any] | None = None) -> dict[str, Any]:
+               traces: dict[tuple[str, int], Any] | None = None,
+               probe: Callable[[Any], float] | None = None) -> dict[str, Any]:
     """One real-engine run: metrics as ``bench sim``'s, engine counters, host load. ``traces``, if given,
-    receives the run's :class:`~superinfer.sim.engine.Trace` under ``(policy, seed)``."""
+    receives the run's :class:`~superinfer.sim.engine.Trace` under ``(policy, seed)``. ``probe``, if given,
+    is called with the open engine just before the replay and just after it (when the engine drained):
+    ``out["probe_s"]`` holds what it returned (the host's speed at the time, ``bench fidelity``)."""
     from superinfer.core import Tenant, TenantTable
     from superinfer.sim.metrics import run_metrics
     from superinfer.vllm.replay import ROTA_POLICIES, EngineSpec, open_engine, replay, scheduler_of, to_trace
@@ -143,9 +149,12 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
                       host_blocks=o["host_blocks"], load=o.get("load"), calibration=o.get("calibration"))
     with open_engine(spec, workdir) as llm:
         stock = instrument_stock(scheduler_of(llm)) if policy not in ROTA_POLICIES else None
+        probed = [probe(llm)] if probe is not None else []
         load = HostLoad()
         r = replay(llm, arr, prompts, output, o["duration"], o["drain"])
         host = load.result()
+        if probe is not None and not llm.llm_engine.has_unfinished_requests():
+            probed.append(probe(llm))
         counters: dict[str, int] = {"preemptions": r.preemptions}
         engine = {"preemptions": r.preemptions, "rotations": 0, "forced_victims": 0, "resumed": 0,
                   "recomputed_tokens": 0, "swap_ins": 0, "swap_in_blocks": 0, "swap_out_blocks": 0,
@@ -162,6 +171,7 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
                           recompute_fallbacks=int(led.get("recompute_fallbacks", 0)),
                           fallback_tokens=int(led.get("fallback_tokens", 0)))
             counters.update(rotations=engine["rotations"], recompute_fallbacks=engine["recompute_fallbacks"])
+            engine["plan_sums"] = {k: int(sc.get(k, 0)) for k in PLAN_SUMS}
     tenants = TenantTable([Tenant("default", ttft_slo, tbt_slo)])
     n = arr.shape[0]
     trace = to_trace(r, np.zeros(n, np.int64), np.zeros(len(r.gaps), np.int64), counters,
@@ -176,6 +186,8 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
     for k in ("resumed", "recomputed_tokens", "swap_ins", "swap_in_blocks", "swap_out_blocks"):
         out[k] = engine[k]
     out["host"] = host
+    if probe is not None:
+        out["probe_s"] = probed
     return out
 
 

@@ -1,21 +1,22 @@
 """``superinferd bench fidelity``: the real engine and its digital twin on the same requests.
 
-For each policy, rate and seed the real vLLM engine replays the requests (as ``bench vllm``), then the twin
-(:class:`superinfer.sim.engine.Simulator`) replays the *same* requests with matched KV blocks, block size,
-batch limits, ``B_xfer``, SLOs and live params, priced by the engine's calibration fit (``--calibration``,
-else measured first by ``superinferd calibrate``) plus the host terms measured on this engine
-(:mod:`superinfer.vllm.fidelity_host`). It reports both sides and the twin's error: percent error of the
-TTFT and per-request-TBT P50/P90 (``mape_pct`` is their mean) and points of attainment. The twin variants
-in ``--ablate`` switch model terms off one at a time, on the same real runs (docs/fidelity.md).
+For each policy, rate and seed the real vLLM engine replays the requests (as ``bench vllm``), with a speed
+probe just before and after it; then the twin (:class:`superinfer.sim.engine.Simulator`) replays the *same*
+requests with matched KV blocks, block size, batch limits, ``B_xfer``, SLOs and live params, priced by the
+engine's calibration fit (``--twin-calibration``, else measured first as ``superinferd calibrate`` does)
+plus the host terms measured on this engine (:mod:`superinfer.vllm.fidelity_host`). It reports both sides
+and the twin's error: percent error of the TTFT and per-request-TBT P50/P90 (``mape_pct`` is their mean)
+and points of attainment. ``--ablate`` also scores twin variants with each model term off
+(:mod:`superinfer.vllm.fidelity_twin`), on the same real runs; ``--rescore FILE`` runs no engine and scores
+the twin as it is now against the real runs an earlier JSON recorded (docs/fidelity.md).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import sys
 import tempfile
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,81 +24,12 @@ import click
 import numpy as np
 
 from superinfer.vllm.bench import _requests, engine_options, prepare, run_policy
+from superinfer.vllm.fidelity_twin import TERMS, cost_model, quantiles, score, side, speed_factor, variants
 
-#: the twin's model terms that ``--ablate`` can switch off (docs/fidelity.md)
-TERMS = ("host_step", "host_plan", "host_arrival", "new_shape", "sync_transfers")
-PCT_KEYS = ("ttft_p50", "ttft_p90", "tbt_p50", "tbt_p90")
-
-
-def _pct_err(real: float, twin: float) -> float:
-    if not (math.isfinite(real) and math.isfinite(twin)) or real <= 0:
-        return float("nan")
-    return 100.0 * abs(twin - real) / real
-
-
-def quantiles(trace: Any) -> dict[str, Any]:
-    """TTFT and per-request mean TBT quantiles, and the raw values for CDFs (seconds)."""
-    has_first = ~np.isnan(trace.t_first)
-    ttft = np.where(has_first, trace.t_first - trace.t_arr, trace.sim_s - trace.t_arr)
-    gaps_n = np.maximum(trace.outputs - 1, 0)
-    span = np.where(has_first, trace.last_token - trace.t_first, 0.0)
-    tbt = (span / np.maximum(gaps_n, 1))[gaps_n > 0]
-    out: dict[str, Any] = {}
-    for name, v in (("ttft", ttft), ("tbt", tbt)):
-        for q in (50, 90, 99):
-            out[f"{name}_p{q}_s"] = float(np.percentile(v, q)) if v.size else float("nan")
-    out["_cdf"] = {"ttft": np.sort(ttft), "gaps": np.sort(trace.gaps)}
-    return out
-
-
-def errors(real: dict[str, Any], twin: dict[str, Any]) -> dict[str, float]:
-    """The twin's error against the engine: percent for quantiles, points (x100) for attainments."""
-    e = {f"{k}_pct": _pct_err(real[f"{k}_s"], twin[f"{k}_s"]) for k in PCT_KEYS}
-    finite = [v for v in e.values() if math.isfinite(v)]
-    e["mape_pct"] = float(np.mean(finite)) if finite else float("nan")
-    for k in ("ttft", "tbt", "tbt_gap", "slo"):
-        e[f"{k}_attainment_pp"] = 100.0 * (twin[f"{k}_attainment"] - real[f"{k}_attainment"])
-    return e
-
-
-def _cost_model(block_size: int, cal: Any = None, overlap: bool = True) -> Any:
-    """The twin's cost model: compute and transfers both from the calibration; the model profile only sizes
-    a block for the fit's transfer rate (seconds per block), the hardware profile is not used beyond that."""
-    from superinfer.sim.costmodel import CostModel
-    from superinfer.sim.hardware import get_hardware
-    from superinfer.sim.models import get_model
-
-    return CostModel(get_model("llama-3-8b"), get_hardware("gh200"), block_size, cal, overlap=overlap, duplex=overlap)
-
-
-def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[float, float], cal: Any,
-             host: Any, seed: int, off: tuple[str, ...] = ()) -> tuple[dict[str, Any], Any]:
-    """The twin on the engine's requests and settings; ``off`` names :data:`TERMS` left out."""
-    from superinfer.core import Params, Tenant, TenantTable
-    from superinfer.sim.engine import SimConfig, Simulator
-    from superinfer.sim.metrics import run_metrics
-    from superinfer.sim.workload import Workload
-
-    arr, prompt, output, duration = trace_arrays
-    w = Workload.from_arrays(arr, prompt, output, duration_s=duration, source="bench fidelity")
-    tenants = TenantTable([Tenant("default", slo[0], slo[1])])
-    knobs = {k: o[k] for k in Params.__dataclass_fields__ if o.get(k) is not None}
-    params = Params(**knobs)
-    if "host_step" in off:
-        host = replace(host, step_s=0.0)
-    if "host_plan" in off:
-        host = replace(host, plan_s=0.0)
-    if "host_arrival" in off:
-        host = replace(host, arrival_s=0.0)
-    if "new_shape" in off:
-        host = replace(host, new_shape_s=0.0)
-    overlap = "sync_transfers" in off
-    cm = _cost_model(o["block_size"], cal, overlap)
-    cfg = SimConfig(policy=policy, max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=o["max_num_batched_tokens"],
-                    b_xfer=o["b_xfer"], params=params, tenants=tenants, hbm_blocks=o["num_blocks"] - 1,
-                    dram_blocks=o["host_blocks"], drain_s=o["drain"], seed=seed, host=host)
-    tr = Simulator(w, cm, cfg).run()
-    return run_metrics(tr, tenants, duration), tr
+#: the seed of the probe replay that times the plugin's plans (no compared run uses it)
+PLAN_PROBE_SEED = 1000
+#: per-request outcomes of a real run kept beside the JSON (``--json``'s ``.cdf.npz``)
+REQUEST_FIELDS = ("t_arr", "t_first", "t_end", "outputs", "last_token", "rotations")
 
 
 def _calibration(o: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
@@ -117,12 +49,137 @@ def _calibration(o: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
                  "fit_mape_pct": 100 * fit_mape(coef, samples)}
 
 
-def _side(metrics: dict[str, Any], q: dict[str, Any]) -> dict[str, Any]:
-    keys = ("ttft_attainment", "tbt_attainment", "tbt_gap_attainment", "slo_attainment", "throughput_tok_s",
-            "rotations", "preemptions", "finished", "arrived")
-    out = {k: metrics[k] for k in keys}
-    out.update({k: v for k, v in q.items() if not k.startswith("_")})
+def _host_terms(o: dict[str, Any], policies: list[str], rates: list[float], slo: tuple[float, float],
+                workdir: Path) -> dict[str, dict[str, Any]]:
+    """The host terms per policy (:mod:`superinfer.vllm.fidelity_host`): the step probes, and for the
+    plugin's policies the plan line from a probe replay of the workload at the highest rate, on a seed no
+    compared run uses."""
+    from superinfer.vllm.fidelity_host import measure_host_costs, plan_line
+    from superinfer.vllm.replay import ROTA_POLICIES, EngineSpec
+
+    spec = EngineSpec(model=o["model"], policy="vllm", block_size=o["block_size"], max_model_len=o["max_model_len"],
+                      max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=o["max_num_batched_tokens"],
+                      params={"ttft_slo": slo[0], "tbt_slo": slo[1], "b_xfer": o["b_xfer"]},
+                      host_blocks=o["host_blocks"], load=o.get("load"))
+    _, _, prompt, _, _ = _requests(o["workload"], o["arrival"], rates[0], o["duration"], 0, o["max_model_len"])
+    host = measure_host_costs(spec, policies, int(np.median(prompt)), workdir)
+    probe_o = {**o, "rps": max(rates), "duration": min(float(o["duration"]), 10.0)}
+    for policy in policies:
+        if policy not in ROTA_POLICIES:
+            continue
+        click.echo(f"{policy}: probe replay for the plan's cost ...", err=True)
+        sums = run_policy(policy, PLAN_PROBE_SEED, probe_o, slo, workdir)["engine_counters"].get("plan_sums", {})
+        a, b = plan_line(sums)
+        host[policy]["host"] = replace(host[policy]["host"], plan_s=a, plan_per_live_s=b)
+        host[policy]["plan_probe"] = {"seed": PLAN_PROBE_SEED, "rps": probe_o["rps"], "duration_s": probe_o["duration"],
+                                      **sums}
+    return host
+
+
+def _host_json(host: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {p: {**asdict(h["host"]), **{k: v for k, v in h.items() if k != "host"}} for p, h in host.items()}
+
+
+def _host_from_json(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    from superinfer.sim.engine import HostCosts
+
+    fields = HostCosts.__dataclass_fields__
+    return {p: {"host": HostCosts(**{k: v for k, v in h.items() if k in fields}),
+                **{k: v for k, v in h.items() if k not in fields}} for p, h in d.items()}
+
+
+def _twin_calibration(coefficients: dict[str, float], block_size: int, copy_s: float, model: str) -> Any:
+    """The twin's calibration: the step fit, and transfers at the measured copy time per block."""
+    from superinfer.sim.calibration import Calibration, Coefficients, TransferCalibration
+
+    cal = Calibration(engine="vllm", model=model, hardware="this host", date="",
+                      coefficients=Coefficients(**coefficients), block_size=block_size)
+    gbps = cost_model(block_size).block_bytes / copy_s / 1e9  # the fit's rate on the twin's block size
+    cal.transfer = TransferCalibration(h2d_gb_s=gbps, d2h_gb_s=gbps, duplex_factor=1.0)
+    return cal
+
+
+def _engine_runs(o: dict[str, Any], rates: list[float], policies: list[str], slo: tuple[float, float],
+                 host: dict[str, dict[str, Any]], workdir: Path) -> list[dict[str, Any]]:
+    """Every real run, each with the speed probes around it; the rows carry the real side and its CDFs."""
+    from superinfer.vllm.fidelity_host import probe_fits, quiet_step_s
+
+    probe = quiet_step_s if probe_fits(o["num_blocks"], o["block_size"], o["max_model_len"]) else None
+    rows = []
+    for rps in rates:
+        ro = {**o, "rps": rps}
+        for seed in range(o["seeds"]):
+            for k in range(len(policies)):
+                policy = policies[(k + seed) % len(policies)]
+                click.echo(f"rps {rps:g} seed {seed} {policy}: real engine ...", err=True)
+                traces: dict[tuple[str, int], Any] = {}
+                real_m = run_policy(policy, seed, ro, slo, workdir, traces=traces, probe=probe)
+                tr = traces[(policy, seed)]
+                q = quantiles(tr)
+                probes = real_m.get("probe_s", [])
+                rows.append({"policy": policy, "rps": rps, "seed": seed, "real": side(real_m, q), "probe_s": probes,
+                             "speed": speed_factor(probes, host[policy]["median_step_s"]["policy"]),
+                             "_cdf": q["_cdf"], "_requests": {k: getattr(tr, k) for k in REQUEST_FIELDS}})
+    return rows
+
+
+def _score_all(rows: list[dict[str, Any]], o: dict[str, Any], slo: tuple[float, float], cal: Any,
+               host: dict[str, dict[str, Any]]) -> dict[tuple[str, float], Any]:
+    """The twin (every variant) on each real run's requests; CDFs of seed 0, real and twin, per point."""
+    cdfs = {}
+    for row in rows:
+        ro = {**o, "rps": row["rps"]}
+        _, arr, prompt, output, _ = _requests(o["workload"], o["arrival"], row["rps"], o["duration"], row["seed"],
+                                              o["max_model_len"])
+        twin_cdf = score(row, (arr, prompt, output, o["duration"]), ro, slo, cal, host[row["policy"]]["host"],
+                         row["speed"], o["ablate"])
+        real_cdf = row.pop("_cdf", None)
+        if row["seed"] == 0 and real_cdf is not None:
+            cdfs[(row["policy"], row["rps"])] = (real_cdf, twin_cdf)
+    return cdfs
+
+
+def _save_real(path: Path, cdfs: dict[tuple[str, float], Any], requests: dict[tuple, dict[str, Any]]) -> None:
+    """The real side's raw data beside the JSON: the CDFs of seed 0 (``policy|rps|ttft``, ``|gaps``) and every
+    run's per-request outcomes (``policy|rps|seed|t_first`` ...), for ``--rescore`` and for diagnosis."""
+    arrays = {f"{p}|{r!r}|{k}": v for (p, r), (real, _) in cdfs.items() for k, v in real.items()}
+    for (p, r, seed), fields in requests.items():
+        arrays.update({f"{p}|{r!r}|{seed}|{k}": v for k, v in fields.items()})
+    np.savez_compressed(path, **arrays)
+
+
+def _load_cdfs(path: Path) -> dict[tuple[str, float], dict[str, np.ndarray]]:
+    out: dict[tuple[str, float], dict[str, np.ndarray]] = {}
+    if path.exists():
+        with np.load(path) as z:
+            for key in z.files:
+                parts = key.split("|")
+                if len(parts) == 3:  # a CDF of seed 0 (per-request arrays have four parts)
+                    out.setdefault((parts[0], float(parts[1])), {})[parts[2]] = z[key]
     return out
+
+
+def _cdf_path(json_path: str) -> Path:
+    return Path(json_path).with_suffix(".cdf.npz")
+
+
+def _rescore(path: str, ablate: bool) -> tuple[dict[str, Any], list[dict[str, Any]], Any]:
+    """The real runs a previous ``bench fidelity`` JSON recorded, set up to be scored by the twin again."""
+    try:
+        old = json.loads(Path(path).read_text())
+        o = {**old["config"], "ablate": ablate}
+        rows = [{**{k: r[k] for k in ("policy", "rps", "seed", "real")}, "probe_s": r.get("probe_s", []),
+                 "speed": float(r.get("speed", 1.0))} for r in old["runs"]]
+        prev = {"slo": old["slo"], "calibration": old["calibration"], "copy_s_per_block": old["copy_s_per_block"],
+                "host_terms": old["host_terms"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise click.BadParameter(f"{path}: not a bench fidelity JSON with engine runs ({exc!r})",
+                                 param_hint="--rescore") from None
+    real_cdfs = _load_cdfs(_cdf_path(path))
+    for r in rows:
+        if r["seed"] == 0 and (r["policy"], r["rps"]) in real_cdfs:
+            r["_cdf"] = real_cdfs[(r["policy"], r["rps"])]
+    return {**prev, "o": o}, rows, old
 
 
 @click.command("fidelity")
@@ -132,81 +189,60 @@ def _side(metrics: dict[str, Any], q: dict[str, Any]) -> dict[str, Any]:
 @click.option("--rates", default=None, help="Comma-separated arrival rates (req/s), each a load level (default: --rps).")
 @click.option("--ablate/--no-ablate", default=True, show_default=True,
               help="Also run the twin with each model term off, and with all off (the uncorrected twin).")
+@click.option("--rescore", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Run no engine: score the twin (as it is now) against the real runs of this earlier JSON "
+                   "(its settings, SLOs, calibration and host terms; CDFs from its .cdf.npz).")
 @click.option("--plot-dir", default=None, type=click.Path(file_okay=False), help="Write CDF plots (PNG) here.")
 @click.option("--json", "json_path", default=None, help="Write the JSON here ('-' for stdout).")
 def bench_fidelity(**o: Any) -> None:
     """The real engine and its calibrated twin on the same requests: percentiles, attainments, the error."""
-    from superinfer.sim.calibration import TransferCalibration
-    from superinfer.vllm.fidelity_host import copy_s_per_block, measure_host_costs
+    from superinfer.vllm.fidelity_host import copy_s_per_block
     from superinfer.vllm.fidelity_report import echo_table, plot_cdfs, summarise_fidelity
-    from superinfer.vllm.replay import EngineSpec
 
-    rates = [float(x) for x in str(o["rates"]).split(",")] if o["rates"] else [float(o["rps"])]
-    if any(not (r > 0) for r in rates):
-        raise click.BadParameter("rates must be > 0", param_hint="--rates")
-    runs: list[dict[str, Any]] = []
-    cdfs: dict[tuple[str, float], Any] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        workdir = Path(tmp)
-        policies, slo, measured = prepare(o, workdir)
-        cal, cal_info = _calibration(o)
-        params = {"ttft_slo": slo[0], "tbt_slo": slo[1], "b_xfer": o["b_xfer"]}
-        spec = EngineSpec(model=o["model"], policy="vllm", block_size=o["block_size"], max_model_len=o["max_model_len"],
-                          max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=o["max_num_batched_tokens"],
-                          params=params, host_blocks=o["host_blocks"], load=o.get("load"))
-        _, _, prompt, _, _ = _requests(o["workload"], o["arrival"], rates[0], o["duration"], 0, o["max_model_len"])
-        click.echo("measuring host terms (scheduler, connector, arrivals, KV copies) ...", err=True)
-        host = measure_host_costs(spec, policies, int(np.median(prompt)), workdir)
-        copy_s = copy_s_per_block(o["model"], o["block_size"])
-        block_bytes = _cost_model(o["block_size"]).block_bytes
-        gbps = block_bytes / copy_s / 1e9  # the fit's rate on the twin's block size: copy_s per block
-        cal.transfer = TransferCalibration(h2d_gb_s=gbps, d2h_gb_s=gbps, duplex_factor=1.0)
-        variants = [("all", ())] + ([(f"no_{t}", (t,)) for t in TERMS] + [("none", TERMS)] if o["ablate"] else [])
-        for rps in rates:
-            ro = {**o, "rps": rps}
-            for seed in range(o["seeds"]):
-                _, arr, prompt, output, _ = _requests(o["workload"], o["arrival"], rps, o["duration"], seed,
-                                                      o["max_model_len"])
-                for k in range(len(policies)):
-                    policy = policies[(k + seed) % len(policies)]
-                    click.echo(f"rps {rps:g} seed {seed} {policy}: real engine ...", err=True)
-                    traces: dict[tuple[str, int], Any] = {}
-                    real_m = run_policy(policy, seed, ro, slo, workdir, traces=traces)
-                    real_q = quantiles(traces[(policy, seed)])
-                    real = _side(real_m, real_q)
-                    twin_o = ro if ro.get("calibration") else {**ro, "step_slo_share": 0.0}  # the plugin had no fit
-                    row: dict[str, Any] = {"policy": policy, "rps": rps, "seed": seed, "real": real}
-                    for name, off in variants:
-                        tm, tr = twin_run((arr, prompt, output, o["duration"]), twin_o, policy, slo, cal,
-                                          host[policy]["host"], seed, off)
-                        tq = quantiles(tr)
-                        side = _side(tm, tq)
-                        if name == "all":
-                            row["twin"], row["error"] = side, errors(real, side)
-                            if seed == 0:
-                                cdfs[(policy, rps)] = (real_q["_cdf"], tq["_cdf"])
-                        else:
-                            row.setdefault("ablation", {})[name] = {"twin": side, "error": errors(real, side)}
-                    runs.append(row)
+    if o["rescore"]:
+        prev, rows, old = _rescore(o["rescore"], o["ablate"])
+        run_o, slo_info, cal_info = prev["o"], prev["slo"], prev["calibration"]
+        slo = (slo_info["ttft_slo_s"], slo_info["tbt_slo_s"])
+        host = _host_from_json(prev["host_terms"])
+        copy_s = prev["copy_s_per_block"]
+        command = old["command"]
+    else:
+        rates = [float(x) for x in str(o["rates"]).split(",")] if o["rates"] else [float(o["rps"])]
+        if any(not (r > 0) for r in rates):
+            raise click.BadParameter("rates must be > 0", param_hint="--rates")
+        with tempfile.TemporaryDirectory() as tmp:
+            workdir = Path(tmp)
+            policies, slo, measured = prepare(o, workdir)
+            cal_info = _calibration(o)[1]
+            click.echo("measuring host terms (scheduler, plans, arrivals, KV copies) ...", err=True)
+            host = _host_terms(o, policies, rates, slo, workdir)
+            copy_s = copy_s_per_block(o["model"], o["block_size"])
+            rows = _engine_runs(o, rates, policies, slo, host, workdir)
+        run_o, slo_info = o, {"ttft_slo_s": slo[0], "tbt_slo_s": slo[1], "measured": measured}
+        command = "superinferd bench fidelity " + " ".join(sys.argv[3:])
+    cal = _twin_calibration(cal_info["coefficients"], run_o["block_size"], copy_s, Path(run_o["model"]).name)
+    cdfs = _score_all(rows, run_o, slo, cal, host)
+    requests = {(r["policy"], r["rps"], r["seed"]): r.pop("_requests") for r in rows if "_requests" in r}
     result = {
-        "command": "superinferd bench fidelity " + " ".join(sys.argv[3:]),
-        "config": {k: v for k, v in o.items() if k != "json_path"},
-        "slo": {"ttft_slo_s": slo[0], "tbt_slo_s": slo[1], "measured": measured},
+        "command": command,
+        **({"rescored_with": "superinferd bench fidelity " + " ".join(sys.argv[3:])} if o["rescore"] else {}),
+        "config": {k: v for k, v in run_o.items() if k not in ("json_path", "rescore")},
+        "slo": slo_info,
         "calibration": cal_info,
-        "host_terms": {p: {"step_s": h["host"].step_s, "plan_s": h["host"].plan_s, "arrival_s": h["host"].arrival_s,
-                           "new_shape_s": h["host"].new_shape_s,
-                           "median_step_s": h["median_step_s"]} for p, h in host.items()},
+        "host_terms": _host_json(host),
         "copy_s_per_block": copy_s,
-        "runs": runs,
-        "summary": summarise_fidelity(runs, [v for v, _ in variants]),
+        "terms": list(TERMS),
+        "runs": rows,
+        "summary": summarise_fidelity(rows, [v for v, _ in variants(run_o["ablate"])]),
     }
     text = json.dumps(result, indent=1, default=float)
     if o["json_path"] == "-":
         click.echo(text)
     elif o["json_path"]:
         Path(str(o["json_path"])).write_text(text + "\n")
+        if cdfs:
+            _save_real(_cdf_path(str(o["json_path"])), cdfs, requests)
     if o["plot_dir"]:
         plot_cdfs(cdfs, Path(o["plot_dir"]))
     if o["json_path"] != "-":
         echo_table(result)
-

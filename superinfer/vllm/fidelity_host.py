@@ -5,9 +5,11 @@ output processing. What a policy adds on top, and what the replay loop spends be
 here on the same engine settings, apart from the runs the twin is compared with:
 
 * ``step_s`` -- the median step of a steady two-request decode under the policy minus the same under stock
-  vLLM (the plugin's table refresh and the KV connector's hooks; its quiet steps skip the plan);
-* ``plan_s`` -- the same difference with a request that cannot be admitted waiting, so every step of the
-  plugin plans, minus ``step_s``;
+  vLLM (the plugin's table refresh and the KV connector's hooks; its quiet steps skip the plan). The same
+  probe (:func:`quiet_step_s`), run again around each compared run, measures the host's speed then;
+* ``plan_s`` + ``plan_per_live_s`` x live requests -- the plugin's own timing of its plans (plan and apply,
+  ``RotaScheduler._time_plan``) over a probe replay of the same workload on a seed no compared run uses,
+  as a least-squares line in the number of live requests (:func:`plan_line`);
 * ``arrival_s`` -- the median time of ``LLMEngine.add_request`` for a prompt of the median length (input
   processing, serial with the engine loop), the same for every policy;
 * ``new_shape_s`` -- a prefill of a length the engine has not run before, minus the same prefill again
@@ -15,7 +17,7 @@ here on the same engine settings, apart from the runs the twin is compared with:
 * the KV copy time per block (:func:`copy_s_per_block`): the connector's CPU copy path (one ``copy_`` per
   layer, K and V, and block, as DuplexKV's torch backend runs it) timed on the model's block shape.
 
-Each difference is a median of per-step times over the same batch shape, so the forward pass cancels.
+Each step difference is a median of per-step times over the same batch shape, so the forward pass cancels.
 """
 
 from __future__ import annotations
@@ -37,29 +39,53 @@ def _prompt(i: int, n: int) -> list[int]:
     return [(13 * i + j) % 400 + 3 for j in range(n)]
 
 
-def _median_step(llm: Any, waiting_prompt: int | None) -> float:
-    """Median wall time of ``engine.step()`` while two requests decode (and one waits, if asked)."""
+def _median_step(llm: Any) -> float:
+    """Median wall time of ``engine.step()`` while two requests decode."""
     from vllm import SamplingParams
 
     eng = llm.llm_engine
     sp = SamplingParams(temperature=0.0, max_tokens=_DECODE_STEPS + 20, ignore_eos=True)
-    wp = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
     for i in range(2):
         eng.add_request(f"h{i}", {"prompt_token_ids": _prompt(i, _PROMPT)}, sp)
     for _ in range(3):
         eng.step()  # prefills and the first decode
-    if waiting_prompt:
-        eng.add_request("hw", {"prompt_token_ids": _prompt(7, waiting_prompt)}, wp)
     times = []
     for _ in range(_DECODE_STEPS):
         t = time.perf_counter()
         eng.step()
         times.append(time.perf_counter() - t)
-    for rid in ("h0", "h1", "hw"):
-        eng.abort_request([rid])
+    eng.abort_request(["h0", "h1"])
     while eng.has_unfinished_requests():
         eng.step()
     return float(np.median(times[20:]))
+
+
+def probe_fits(num_blocks: int, block_size: int, max_model_len: int) -> bool:
+    """Whether the speed probe's two requests fit an engine of these settings (with vLLM's null block)."""
+    tokens = _PROMPT + _DECODE_STEPS + 20
+    return tokens <= max_model_len and 2 * -(-tokens // block_size) <= num_blocks - 1
+
+
+def quiet_step_s(llm: Any) -> float:
+    """The speed probe: median step of a steady two-request decode on this open engine (seconds). Its KV
+    (two requests of ``_PROMPT`` + ``_DECODE_STEPS`` tokens) must fit in the engine's blocks."""
+    return _median_step(llm)
+
+
+def plan_line(sums: dict[str, int]) -> tuple[float, float]:
+    """``(a, b)`` seconds of the least-squares line ``plan time = a + b * live requests`` from the plugin's
+    sums (``bench.PLAN_SUMS``); ``(0, 0)`` with no plan timed; ``b = 0`` when the live count never varied.
+    A negative slope is clipped to 0 (and ``a`` is then the mean)."""
+    n = sums.get("plan_timed", 0)
+    if n <= 0:
+        return 0.0, 0.0
+    sx, sxx, sy, sxy = (float(sums[k]) for k in ("plan_live", "plan_live_sq", "plan_ns", "plan_ns_x_live"))
+    var = sxx - sx * sx / n
+    b = (sxy - sx * sy / n) / var if var > 1e-9 * max(1.0, sxx) else 0.0
+    if b < 0:
+        b = 0.0
+    a = (sy - b * sx) / n
+    return max(0.0, a) * 1e-9, b * 1e-9
 
 
 def _arrival_s(llm: Any, prompt_tokens: int) -> float:
@@ -126,37 +152,22 @@ def _new_shape_s(llm: Any) -> float:
 
 def measure_host_costs(spec: EngineSpec, policies: list[str], prompt_tokens: int,
                        workdir: Path) -> dict[str, dict[str, Any]]:
-    """Per policy: ``{"host": HostCosts, "median_step_s": {...}}``, measured on engines like ``spec``.
-
-    The blocked probe gives the engine just enough KV blocks for the two decoding requests to finish, so a
-    third request whose prompt is longer than what is left waits the whole probe; no policy may rotate
-    (``max_rotations`` 0), so every step has the same batch (``spec.num_blocks`` is not used)."""
-    bs = spec.block_size
-    per_req = -(-(_PROMPT + _DECODE_STEPS + 24) // bs)
-    tight = 2 * per_req + 2  # and vLLM's null block, and one spare
-    waiting_prompt = (tight - 1 - 2 * -(-_PROMPT // bs)) * bs + 1  # one token more than the free blocks hold
-    if waiting_prompt >= spec.max_model_len:
-        raise ValueError(f"host probe: needs max_model_len > {waiting_prompt}, got {spec.max_model_len}")
-    params = {**spec.params, "max_rotations": 0}
-    steps: dict[str, dict[str, float]] = {}
+    """Per policy: ``{"host": HostCosts, "median_step_s": {"policy": quiet step, "stock": stock's}}``, measured
+    on engines like ``spec`` with room for the probe (``spec.num_blocks`` is not used). The plan terms are
+    left at 0: they come from a probe replay (:func:`plan_line`)."""
+    per_req = -(-(_PROMPT + _DECODE_STEPS + 24) // spec.block_size)
+    quiet: dict[str, float] = {}
     arrival = shape = 0.0
     for policy in dict.fromkeys(["vllm", *policies]):
-        free = EngineSpec(**{**spec.__dict__, "policy": policy, "num_blocks": 4 * per_req + 8, "params": params})
-        blocked = EngineSpec(**{**spec.__dict__, "policy": policy, "num_blocks": tight, "params": params})
+        free = EngineSpec(**{**spec.__dict__, "policy": policy, "num_blocks": 4 * per_req + 8})
         with open_engine(free, workdir) as llm:
-            quiet = _median_step(llm, None)
+            quiet[policy] = quiet_step_s(llm)
             if policy == "vllm":
                 arrival = _arrival_s(llm, prompt_tokens)
                 shape = _new_shape_s(llm)
-        with open_engine(blocked, workdir) as llm:
-            waiting = _median_step(llm, waiting_prompt)
-        steps[policy] = {"quiet": quiet, "waiting": waiting}
     out: dict[str, dict[str, Any]] = {}
-    base = steps["vllm"]
     for policy in policies:
-        st = steps[policy]
-        step_s = max(0.0, st["quiet"] - base["quiet"]) if policy in ROTA_POLICIES else 0.0
-        plan_s = max(0.0, st["waiting"] - base["waiting"] - step_s) if policy in ROTA_POLICIES else 0.0
-        out[policy] = {"host": HostCosts(step_s=step_s, plan_s=plan_s, arrival_s=arrival, new_shape_s=shape),
-                       "median_step_s": {"policy": st, "stock": base}}
+        step_s = max(0.0, quiet[policy] - quiet["vllm"]) if policy in ROTA_POLICIES else 0.0
+        out[policy] = {"host": HostCosts(step_s=step_s, arrival_s=arrival, new_shape_s=shape),
+                       "median_step_s": {"policy": quiet[policy], "stock": quiet["vllm"]}}
     return out

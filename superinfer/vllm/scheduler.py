@@ -145,16 +145,31 @@ class RotaScheduler(Scheduler):
             self.stats["blocked_steps"] += 1
             self.last_plan = None
             return self._schedule_with([], args, kwargs)
+        t0 = time.perf_counter_ns()
         plan = self._plan(snap, cap, live, now)
         self.last_plan = plan
         if plan is None or plan.fcfs_fallback or plan.vlt_ids.shape[0] == 0:
             self.stats["fallback_steps" if plan is not None else "stock_steps"] += 1
             if plan is not None:
                 self._apply_syncs(plan)
+            self._time_plan(t0, len(snap))
             return super().schedule(*args, **kwargs)
         self.stats["pressure_steps"] += 1
         admitted = self._apply(plan)
+        self._time_plan(t0, len(snap))
         return self._schedule_with(admitted, args, kwargs)
+
+    def _time_plan(self, t0_ns: int, live: int) -> None:
+        """Accumulate the plan's wall time (plan and apply, ns) against the live requests, as the sums an
+        ordinary least-squares line ``ns = a + b * live`` needs (the twin's ``host_plan`` term,
+        :mod:`superinfer.vllm.fidelity_host`)."""
+        ns = time.perf_counter_ns() - t0_ns
+        st = self.stats
+        st["plan_timed"] += 1
+        st["plan_ns"] += ns
+        st["plan_live"] += live
+        st["plan_live_sq"] += live * live
+        st["plan_ns_x_live"] += ns * live
 
     def _token_budget(self, live: LiveParams) -> int:
         """RotaSched v2's SLO-aware token budget (as the twin's), with the calibration fit as the step-time

@@ -1,0 +1,147 @@
+"""The twin's side of ``superinferd bench fidelity``: run the twin on a real run's requests and settings, with
+its measured model terms (or some of them switched off), and score it against the real run.
+
+The terms (docs/fidelity.md): the calibrated step (always), ``host_step``, ``host_plan``, ``host_arrival``,
+``new_shape`` (:class:`superinfer.sim.engine.HostCosts`), ``sync_transfers`` (the CPU connector copies
+within the step) and ``host_speed`` (the host's speed at the time of the run, from a probe run just before
+and after it, against the same probe when the terms were measured: the calibrated step, the host terms and
+the copy time are scaled by that ratio).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+#: the twin's model terms that ``--ablate`` can switch off (docs/fidelity.md)
+TERMS = ("host_step", "host_plan", "host_arrival", "new_shape", "sync_transfers", "host_speed")
+PCT_KEYS = ("ttft_p50", "ttft_p90", "tbt_p50", "tbt_p90")
+SIDE_KEYS = ("ttft_attainment", "tbt_attainment", "tbt_gap_attainment", "slo_attainment", "throughput_tok_s",
+             "rotations", "preemptions", "finished", "arrived")
+
+
+def _pct_err(real: float, twin: float) -> float:
+    if not (math.isfinite(real) and math.isfinite(twin)) or real <= 0:
+        return float("nan")
+    return 100.0 * abs(twin - real) / real
+
+
+def quantiles(trace: Any) -> dict[str, Any]:
+    """TTFT and per-request mean TBT quantiles, and the raw values for CDFs (seconds)."""
+    has_first = ~np.isnan(trace.t_first)
+    ttft = np.where(has_first, trace.t_first - trace.t_arr, trace.sim_s - trace.t_arr)
+    gaps_n = np.maximum(trace.outputs - 1, 0)
+    span = np.where(has_first, trace.last_token - trace.t_first, 0.0)
+    tbt = (span / np.maximum(gaps_n, 1))[gaps_n > 0]
+    out: dict[str, Any] = {}
+    for name, v in (("ttft", ttft), ("tbt", tbt)):
+        for q in (50, 90, 99):
+            out[f"{name}_p{q}_s"] = float(np.percentile(v, q)) if v.size else float("nan")
+    out["_cdf"] = {"ttft": np.sort(ttft), "gaps": np.sort(trace.gaps)}
+    return out
+
+
+def errors(real: dict[str, Any], twin: dict[str, Any]) -> dict[str, float]:
+    """The twin's error against the engine: percent for quantiles, points (x100) for attainments."""
+    e = {f"{k}_pct": _pct_err(real[f"{k}_s"], twin[f"{k}_s"]) for k in PCT_KEYS}
+    finite = [v for v in e.values() if math.isfinite(v)]
+    e["mape_pct"] = float(np.mean(finite)) if finite else float("nan")
+    for k in ("ttft", "tbt", "tbt_gap", "slo"):
+        e[f"{k}_attainment_pp"] = 100.0 * (twin[f"{k}_attainment"] - real[f"{k}_attainment"])
+    return e
+
+
+def side(metrics: dict[str, Any], q: dict[str, Any]) -> dict[str, Any]:
+    """One side of a run (real or twin) as the JSON reports it."""
+    out = {k: metrics[k] for k in SIDE_KEYS}
+    out.update({k: v for k, v in q.items() if not k.startswith("_")})
+    return out
+
+
+def cost_model(block_size: int, cal: Any = None, overlap: bool = True) -> Any:
+    """The twin's cost model: compute and transfers both from the calibration; the model profile only sizes
+    a block for the fit's transfer rate (seconds per block), the hardware profile is not used beyond that."""
+    from superinfer.sim.costmodel import CostModel
+    from superinfer.sim.hardware import get_hardware
+    from superinfer.sim.models import get_model
+
+    return CostModel(get_model("llama-3-8b"), get_hardware("gh200"), block_size, cal, overlap=overlap, duplex=overlap)
+
+
+def speed_factor(probe_s: list[float], reference_s: float) -> float:
+    """The host's speed during a run against when the terms were measured: the mean of the probes around
+    the run over the same probe then (1.0 without probes)."""
+    if not probe_s or not (reference_s > 0):
+        return 1.0
+    return float(np.mean(probe_s)) / reference_s
+
+
+def scaled(cal: Any, host: Any, factor: float) -> tuple[Any, Any]:
+    """The calibration (compute and copies) and the host terms, every time in them times ``factor``."""
+    from superinfer.sim.calibration import TransferCalibration
+
+    if factor == 1.0:
+        return cal, host
+    c = cal.coefficients
+    coef = replace(c, **{k: getattr(c, k) * factor for k in c.__dataclass_fields__})
+    t = cal.transfer
+    transfer = TransferCalibration(h2d_gb_s=t.h2d_gb_s / factor if t.h2d_gb_s else t.h2d_gb_s,
+                                   d2h_gb_s=t.d2h_gb_s / factor if t.d2h_gb_s else t.d2h_gb_s,
+                                   duplex_factor=t.duplex_factor)
+    host = replace(host, **{k: getattr(host, k) * factor for k in host.__dataclass_fields__})
+    return replace(cal, coefficients=coef, transfer=transfer), host
+
+
+def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[float, float], cal: Any,
+             host: Any, seed: int, off: tuple[str, ...] = (), speed: float = 1.0) -> tuple[dict[str, Any], Any]:
+    """The twin on the engine's requests and settings; ``off`` names :data:`TERMS` left out."""
+    from superinfer.core import Params, Tenant, TenantTable
+    from superinfer.sim.engine import SimConfig, Simulator
+    from superinfer.sim.metrics import run_metrics
+    from superinfer.sim.workload import Workload
+
+    arr, prompt, output, duration = trace_arrays
+    w = Workload.from_arrays(arr, prompt, output, duration_s=duration, source="bench fidelity")
+    tenants = TenantTable([Tenant("default", slo[0], slo[1])])
+    knobs = {k: o[k] for k in Params.__dataclass_fields__ if o.get(k) is not None}
+    params = Params(**knobs)
+    zero = {"host_step": ("step_s",), "host_plan": ("plan_s", "plan_per_live_s"), "host_arrival": ("arrival_s",),
+            "new_shape": ("new_shape_s",)}
+    for term, fields in zero.items():
+        if term in off:
+            host = replace(host, **{f: 0.0 for f in fields})
+    cal, host = scaled(cal, host, 1.0 if "host_speed" in off else speed)
+    cm = cost_model(o["block_size"], cal, overlap="sync_transfers" in off)
+    cfg = SimConfig(policy=policy, max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=o["max_num_batched_tokens"],
+                    b_xfer=o["b_xfer"], params=params, tenants=tenants, hbm_blocks=o["num_blocks"] - 1,
+                    dram_blocks=o["host_blocks"], drain_s=o["drain"], seed=seed, host=host)
+    tr = Simulator(w, cm, cfg).run()
+    return run_metrics(tr, tenants, duration), tr
+
+
+def variants(ablate: bool) -> list[tuple[str, tuple[str, ...]]]:
+    """The twin variants a run is scored with: every term, then (``ablate``) each term off, and all off."""
+    out: list[tuple[str, tuple[str, ...]]] = [("all", ())]
+    if ablate:
+        out += [(f"no_{t}", (t,)) for t in TERMS] + [("none", TERMS)]
+    return out
+
+
+def score(row: dict[str, Any], requests: tuple, o: dict[str, Any], slo: tuple[float, float], cal: Any, host: Any,
+          speed: float, ablate: bool) -> Any:
+    """Run every twin variant for one real run (``row["real"]``) and fill ``row["twin"]``, ``row["error"]`` and
+    ``row["ablation"]``; returns the full twin's CDF arrays."""
+    twin_o = o if o.get("calibration") else {**o, "step_slo_share": 0.0}  # the plugin had no fit
+    cdf = None
+    for name, off in variants(ablate):
+        tm, tr = twin_run(requests, twin_o, row["policy"], slo, cal, host, row["seed"], off, speed)
+        tq = quantiles(tr)
+        s = side(tm, tq)
+        if name == "all":
+            row["twin"], row["error"], cdf = s, errors(row["real"], s), tq["_cdf"]
+        else:
+            row.setdefault("ablation", {})[name] = {"twin": s, "error": errors(row["real"], s)}
+    return cdf
