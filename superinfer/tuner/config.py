@@ -32,7 +32,9 @@ class TunerConfig:
     * ``switch_slots``, ``switch_warmup_s``: a trial is a switchback (``superinfer.tuner.switchback``):
       ``switch_slots`` slots (even) alternate candidate and incumbent in the Thue-Morse order, each
       ``window_s / (switch_slots / 2) + switch_warmup_s`` long, arrivals in the first ``switch_warmup_s``
-      of a slot not counted: each side gets ``window_s`` of counted arrivals.
+      of a slot not counted: each side gets ``window_s`` of counted arrivals. ``test_unit``: ``slot``
+      (the tests treat slots as the units, cluster-robust, Student's t: ``superinfer.tuner.stats``) or
+      ``request`` (two-proportion z-tests on the requests, as if independent; optimistic).
     * ``knobs``, ``step_caps``: the tuned knobs and the most one decision moves each; ``trust_region``:
       the initial radius of local steps as a share of the caps; ``arm_step_factor``: an offline study's
       arm (a setting the study evaluated on the twin) may move each knob by up to this many step caps
@@ -58,6 +60,7 @@ class TunerConfig:
     max_rollbacks_per_hour: int = 3
     switch_slots: int = 8
     switch_warmup_s: float = 10.0
+    test_unit: str = "slot"
     knobs: tuple[str, ...] = DEFAULT_KNOBS
     step_caps: dict[str, float] = field(default_factory=dict)
     trust_region: float = 0.5
@@ -98,6 +101,8 @@ class TunerConfig:
         if not 0 < self.gamma <= 1 or not 0 <= self.explore_threshold < 1:
             raise TunerConfigError(f"gamma/explore_threshold: expected 0 < gamma <= 1 and 0 <= threshold < 1, "
                                    f"got {self.gamma!r}, {self.explore_threshold!r}")
+        if self.test_unit not in ("slot", "request"):
+            raise TunerConfigError(f"test_unit: expected slot or request, got {self.test_unit!r}")
         if self.switch_slots % 2:
             raise TunerConfigError(f"switch_slots: expected an even number (half candidate, half incumbent), "
                                    f"got {self.switch_slots!r}")

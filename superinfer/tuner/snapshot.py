@@ -75,9 +75,11 @@ def test_description(c: Controller) -> dict[str, Any]:
     return {
         "design": f"switchback: {cfg.switch_slots} slots of {cfg.switch_s:g} s alternating candidate and incumbent "
                   f"(Thue-Morse order), the first {cfg.switch_warmup_s:g} s of each not counted",
-        "accept": "one-sided two-proportion z-test (Wald, Kish effective n) of the candidate's slots against the "
-                  "incumbent's: superiority for local steps, "
+        "accept": (f"one-sided slot-level t-test (slots as units, cluster-robust variance, Welch df) of the "
+                   if cfg.test_unit == "slot" else "one-sided two-proportion z-test (Wald, Kish effective n) of the ")
+                  + "candidate's slots against the incumbent's: superiority for local steps, "
                   f"non-inferiority within {cfg.noninferiority_margin} for offline arms",
+        "unit": cfg.test_unit,
         "alpha": cfg.alpha, "min_requests": cfg.min_requests,
         "detectable_at_0.9": round(stats.detectable_delta(cfg.min_requests, 0.9, cfg.alpha), 4),
         "guard": f"any tenant worse by more than {cfg.guard_margin} at one-sided alpha {cfg.guard_alpha} "

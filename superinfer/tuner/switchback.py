@@ -101,6 +101,10 @@ class Switchback:
     def score(self, side: str, m: Measurements, now: float, provisional: bool = False) -> Score:
         return combine(self.windows[side], m, now, provisional)
 
+    def slot_scores(self, side: str, m: Measurements, now: float, provisional: bool = False) -> list[Score]:
+        """One score per slot of ``side`` (the units of a slot-level test)."""
+        return [m.score(w, now, provisional) for w in self.windows[side]]
+
     def all_windows(self) -> list[Window]:
         return self.windows[CANDIDATE] + self.windows[INCUMBENT]
 

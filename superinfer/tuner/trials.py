@@ -5,17 +5,20 @@ A mixin of :class:`~superinfer.tuner.controller.Controller` (it uses the control
 and ``_log``); kept apart so each file has one job. The comparison is the switchback's
 (``superinfer.tuner.switchback``): candidate slots against incumbent slots of the same trial.
 
-Tests (``superinfer.tuner.stats``), one-sided two-proportion z-tests on the two sides' pooled requests:
+Tests (``superinfer.tuner.stats``). With ``test_unit = "slot"`` (the default) the slots are the units:
+each side's share over its slots with a cluster-robust variance, Student's t with Welch degrees of
+freedom, nothing until each side has two slots with decided requests (the first C I I C block). With
+``"request"``, one-sided two-proportion z-tests on the two sides' pooled requests, as if independent
+(the first switchback version; its false-alarm rate under a queue that collapses slot by slot is far
+above nominal, ``tests/tuner/test_switchback.py``).
 
 * guard, at every tick: any tenant with ``guard_min_requests`` decided requests on both sides worse by
   more than ``guard_margin`` at ``guard_alpha`` -> roll back in that tick; tested twice, on the decided
   requests and provisionally (requests that met TTFT and still run counted as hits on both sides: the
   incumbent's slots come second, and their requests would otherwise wait for their finish to count),
-  so the guard's false-alarm rate is at most ``2 guard_alpha``. It compares only the trial's
-  own slots (an offline arm is no longer held to its study score while the incumbent side is empty:
-  live traffic inherits a queue the study never saw, and that check rolled back good arms for it), so
-  a disastrous candidate runs at most its first slot and the few seconds the incumbent's first slot
-  needs to decide ``guard_min_requests`` requests.
+  so the guard's false-alarm rate is at most ``2 guard_alpha``. It compares only the trial's own slots
+  (an offline arm is no longer held to its study score while the incumbent side is empty: live traffic
+  inherits a queue the study never saw, and that check rolled back good arms for it).
 * verdict, once every slot has run and settled: superiority at ``alpha`` for a local step;
   non-inferiority within ``noninferiority_margin`` for an offline arm. A side with fewer than
   ``min_requests`` decided requests extends the trial once by as many slots again, then the trial is
@@ -23,6 +26,8 @@ Tests (``superinfer.tuner.stats``), one-sided two-proportion z-tests on the two 
 """
 
 from __future__ import annotations
+
+import math
 
 from superinfer.tuner import stats
 from superinfer.tuner.decisions import Trial
@@ -77,14 +82,9 @@ class TrialRunner:
         self._switch(now)
         cand, base = self._scores(now)
         for prov in (False, True):
-            c, b = (cand, base) if not prov else self._scores(now, provisional=True)
-            tenant, z = stats.guard_fires(c, b, cfg.guard_alpha, cfg.guard_margin, cfg.guard_min_requests)
-            if tenant is not None:
-                ct, bt = c.tenant(tenant)[0], b.tenant(tenant)[0]
-                kind = "provisional (running requests that met TTFT as hits)" if prov else "decided"
-                self._rollback(now, f"guard: tenant {tenant} at {ct:.3f} vs the incumbent's {bt:.3f}, {kind} "
-                               f"(z {z:.2f} > {stats.z_quantile(1 - cfg.guard_alpha):.2f}, margin {cfg.guard_margin})",
-                               cand, base)
+            fired = self._guard(now, prov)
+            if fired is not None:
+                self._rollback(now, fired, cand, base)
                 return
         if not tr.sb.evaluable(self.m, now):
             return
@@ -99,17 +99,44 @@ class TrialRunner:
             return
         self.objective["candidate"], self.objective["incumbent"] = cand.value, base.value
         self.counts["windows"] += 1
-        if tr.arm.startswith("arm:"):
-            ok, z = stats.not_worse(cand, base, cfg.alpha, cfg.noninferiority_margin)
-            test = f"non-inferiority within {cfg.noninferiority_margin}"
+        arm = tr.arm.startswith("arm:")
+        margin = cfg.noninferiority_margin if arm else 0.0
+        test = f"non-inferiority within {margin}" if arm else "superiority"
+        if cfg.test_unit == "slot":
+            sb, w = tr.sb, self.m.weights
+            ok, t, df = stats.slot_better(sb.slot_scores(CANDIDATE, self.m, now), sb.slot_scores(INCUMBENT, self.m, now),
+                                          w, cfg.alpha, margin)
+            z = t
+            test += f", slot-level t (df {df:.1f})"
         else:
-            ok, z = stats.better(cand, base, cfg.alpha)
-            test = "superiority"
+            ok, z = stats.not_worse(cand, base, cfg.alpha, margin) if arm else stats.better(cand, base, cfg.alpha)
+            test += ", request-level z"
         why = (f"{cand.value:.4f} vs {base.value:.4f} over {cand.decided}/{base.decided} requests (switchback, "
                f"{tr.sb.k} slots), {test} z {z:.2f} (one-sided alpha {cfg.alpha})"
                + (f"; the study's score {tr.expected:.4f}" if tr.expected is not None else ""))
         self._end_trial(now, "accept" if ok else "reject", why, write_back=not ok, gain=cand.value - base.value,
                         scores=(cand, base))
+
+    def _guard(self, now: float, provisional: bool) -> str | None:
+        """Why the guard fires now (``provisional``: running requests that met TTFT count as hits), or None."""
+        cfg, sb = self.cfg, self.trial.sb
+        kind = "provisional (running requests that met TTFT as hits)" if provisional else "decided"
+        if cfg.test_unit == "slot":
+            c = sb.slot_scores(CANDIDATE, self.m, now, provisional)
+            b = sb.slot_scores(INCUMBENT, self.m, now, provisional)
+            tenant, t, df = stats.slot_guard(c, b, self.m.weights, cfg.guard_alpha, cfg.guard_margin,
+                                             cfg.guard_min_requests)
+            crit = stats.t_quantile(1 - cfg.guard_alpha, df) if tenant is not None else math.nan
+            stat = f"slot-level t {t:.2f} > {crit:.2f}, df {df:.1f}"
+        else:
+            c, b = self._scores(now, provisional)
+            tenant, t = stats.guard_fires(c, b, cfg.guard_alpha, cfg.guard_margin, cfg.guard_min_requests)
+            stat = f"z {t:.2f} > {stats.z_quantile(1 - cfg.guard_alpha):.2f}"
+        if tenant is None:
+            return None
+        cs, bs = self._scores(now, provisional)
+        return (f"guard: tenant {tenant} at {cs.tenant(tenant)[0]:.3f} vs the incumbent's {bs.tenant(tenant)[0]:.3f}, "
+                f"{kind} ({stat}, margin {cfg.guard_margin})")
 
     def _rollback(self, now: float, why: str, cand: Score, base: Score | None) -> None:
         self.freeze.rolled_back(now)
