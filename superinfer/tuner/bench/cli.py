@@ -20,9 +20,9 @@ def _pp(x: float) -> str:
 @click.command("tuner")
 @click.option("--scenario", default="shifting", show_default=True, type=click.Choice(sorted(SCENARIOS)),
               help="Built-in scenario to judge on.")
-@click.option("--workload", default=None, help="A trace file instead of a scenario (not supported yet).")
-@click.option("--arrival", default=None, help="With --workload: trace.")
-@click.option("--rps", default=None, help="With --workload: trace.")
+@click.option("--workload", default=None, help="A recorded trace (with arrival times) instead of a scenario; no oracle.")
+@click.option("--arrival", default=None, help="With --workload: trace (the trace's own arrivals).")
+@click.option("--rps", default=None, help="With --workload: trace (the trace's own rate) or a rate to scale it to.")
 @click.option("--model", default=None, help="Model profile (default: the scenario's, qwen2.5-32b).")
 @click.option("--hardware", default=None, help="Hardware profile (default: the scenario's, gh200).")
 @click.option("--seeds", default=5, show_default=True, type=click.IntRange(1, 100))
@@ -37,16 +37,16 @@ def _pp(x: float) -> str:
 def bench_tuner(scenario, workload, arrival, rps, model, hardware, seeds, static_trials, eval_s, control, jobs,
                 json_path, plot_dir) -> None:
     """Does the online tuner beat the best static setting on shifting traffic? (twin, virtual time)"""
-    if workload or arrival or rps:
-        click.echo("error: --workload/--arrival/--rps: a trace has no known phase boundaries for the oracle; "
-                   "only the built-in scenarios are supported so far", err=True)
-        sys.exit(2)
     from superinfer.tuner.bench.main import BenchSpec, run_bench
     from superinfer.tuner.offline.evaluate import TwinEnv
+    from superinfer.tuner.offline.scenario import trace_scenario
 
+    scn = SCENARIOS[scenario]
+    if workload or arrival or rps:
+        scn = _trace(workload, arrival, rps, trace_scenario)
     env = TwinEnv()
-    env = replace(env, model=model or SCENARIOS[scenario].model, hardware=hardware or SCENARIOS[scenario].hardware)
-    spec = BenchSpec(scenario=scenario, control="stationary" if control else None, seeds=seeds,
+    env = replace(env, model=model or scn.model, hardware=hardware or scn.hardware)
+    spec = BenchSpec(scenario=scn if workload else scenario, control="stationary" if control else None, seeds=seeds,
                      static_trials=static_trials, eval_s=eval_s, jobs=jobs, env=env)
     quiet = json_path == "-"
     res = run_bench(spec, progress=None if quiet else (lambda m: click.echo(m, err=True)))
@@ -63,6 +63,28 @@ def bench_tuner(scenario, workload, arrival, rps, model, hardware, seeds, static
         with open(json_path, "w") as fh:
             fh.write(text + "\n")
     _table(res)
+
+
+def _trace(workload, arrival, rps, trace_scenario):
+    """The scenario of ``--workload FILE --arrival trace --rps trace|R``; exit 2 with a message otherwise."""
+    if not workload or arrival != "trace":
+        click.echo("error: --workload FILE needs --arrival trace (a recorded trace replayed with its own arrivals; "
+                   "synthetic phases are the built-in scenarios)", err=True)
+        sys.exit(2)
+    rate = None
+    if rps not in (None, "trace"):
+        try:
+            rate = float(rps)
+        except ValueError:
+            rate = -1.0
+        if not rate > 0:
+            click.echo(f"error: --rps: expected 'trace' or a number > 0, got {rps!r}", err=True)
+            sys.exit(2)
+    try:
+        return trace_scenario(workload, rate)
+    except (ValueError, OSError) as exc:
+        click.echo(f"error: --workload {workload}: {exc}", err=True)
+        sys.exit(2)
 
 
 def _table(res: dict) -> None:

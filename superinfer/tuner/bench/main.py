@@ -23,13 +23,13 @@ from superinfer.tuner.bench.runs import STRATEGIES, RunTask, run_task, start_set
 from superinfer.tuner.bench.summary import summarise, targets
 from superinfer.tuner.config import TunerConfig
 from superinfer.tuner.offline.evaluate import TwinEnv
-from superinfer.tuner.offline.scenario import get_scenario
+from superinfer.tuner.offline.scenario import SCENARIOS, Scenario, get_scenario
 from superinfer.tuner.offline.study import StudySpec, run_study
 
 
 @dataclass(frozen=True)
 class BenchSpec:
-    scenario: str = "shifting"
+    scenario: str | Scenario = "shifting"  # a built-in name, or a Scenario (``trace_scenario``)
     study_scenario: str = "shifting-alt"
     control: str | None = "stationary"
     seeds: int = 5
@@ -50,14 +50,15 @@ def _study(args: tuple[StudySpec]) -> tuple[dict, dict]:
 def run_bench(spec: BenchSpec, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
-    env = replace(spec.env, model=get_scenario(spec.scenario).model, hardware=get_scenario(spec.scenario).hardware)
+    scn = spec.scenario if isinstance(spec.scenario, Scenario) else get_scenario(spec.scenario)
+    env = spec.env
     knobs = spec.tuner.knobs
     start = start_setting(knobs)
-    studies = [StudySpec(env, get_scenario(spec.scenario), knobs, start, spec.static_trials, (1000,), spec.eval_s,
+    studies = [StudySpec(env, scn, knobs, start, spec.static_trials, (1000,), spec.eval_s,
                          study_name="bench-static"),
                StudySpec(env, get_scenario(spec.study_scenario), knobs, start, spec.static_trials, (2000,), spec.eval_s,
                          study_name="bench-warm-start")]
-    say(f"studies: {spec.static_trials} trials each on {spec.scenario} (static_best, oracle) and "
+    say(f"studies: {spec.static_trials} trials each on {scn.name} (static_best, oracle) and "
         f"{spec.study_scenario} (the tuner's warm start), phases of {spec.eval_s:g} s")
     with ProcessPoolExecutor(max_workers=max(1, min(spec.jobs, 2))) as pool:
         (main_arms, main_rep), (warm_arms, warm_rep) = list(pool.map(_study, [(s,) for s in studies]))
@@ -66,8 +67,10 @@ def run_bench(spec: BenchSpec, progress: Callable[[str], None] | None = None) ->
     main = arms_from_dict(main_arms)
     static = dict(main.robust.params)
     oracle = {n: dict(a.params) for n, a in main.phases.items()}
-    tasks = [RunTask(s, spec.scenario, seed, env, static, oracle, warm_arms, spec.tuner, spec.bin_s)
-             for seed in range(spec.seeds) for s in STRATEGIES]
+    strategies = STRATEGIES if scn.known_phases else tuple(s for s in STRATEGIES if s != "oracle")
+    custom = None if scn.name in SCENARIOS else scn
+    tasks = [RunTask(s, scn.name, seed, env, static, oracle, warm_arms, spec.tuner, spec.bin_s, custom)
+             for seed in range(spec.seeds) for s in strategies]
     if spec.control:
         ctl_phase = get_scenario(spec.control).phases[0].name
         ctl_static = oracle.get(ctl_phase, static)
@@ -81,15 +84,17 @@ def run_bench(spec: BenchSpec, progress: Callable[[str], None] | None = None) ->
             runs.append(r)
             say(f"  {r['scenario']:<10} {r['strategy']:<11} seed {r['seed']}: SLO attainment "
                 f"{100 * r['slo_attainment']:.1f} % ({r['wall_s']:.0f} s)")
-    res = summarise(runs, spec.scenario, spec.control, spec.bin_s)
+    res = summarise(runs, scn.name, spec.control, spec.bin_s)
     res["targets"] = targets(res)
-    res["settings"] = {"scenario": spec.scenario, "study_scenario": spec.study_scenario, "control": spec.control,
+    if not scn.known_phases:
+        res["oracle"] = "omitted: a recorded trace has no known phase boundaries"
+    res["settings"] = {"scenario": scn.name, "study_scenario": spec.study_scenario, "control": spec.control,
                        "seeds": spec.seeds, "static_trials": spec.static_trials, "eval_s": spec.eval_s,
                        "jobs": spec.jobs, "model": env.model, "hardware": env.hardware, "bin_s": spec.bin_s,
                        "tuner": {k: getattr(spec.tuner, k) for k in spec.tuner.__dataclass_fields__},
                        "start": start, "static_best": static, "oracle": oracle,
                        "warm_start_arms": warm_arms, "study_arms": main_arms,
-                       "scenario_description": get_scenario(spec.scenario).description}
+                       "scenario_description": scn.description}
     res["studies"] = {"static": _brief(main_rep), "warm_start": _brief(warm_rep)}
     res["runs"] = runs
     res["wall_s"] = {"studies": round(t_studies, 1), "total": round(time.perf_counter() - t0, 1),

@@ -2,8 +2,9 @@
 
 Strategies: ``paper`` (the paper's α 3, δ_B 0, δ_F 0.5 with the core's other defaults: the profile's
 defaults), ``static_best`` (the study's robust setting over the whole scenario), ``oracle`` (the study's
-best setting per phase, switched at the true phase boundaries) and ``tuner`` (the online controller,
-cold from the defaults, with the arms of a study of a *different* trace). Every run replays the same
+best setting per phase, switched at the true phase boundaries; not run on a recorded trace, whose
+boundaries are unknown) and ``tuner`` (the online controller, cold from the defaults, with the arms of a
+study of a *different* trace). Every run replays the same
 workload for a seed (:func:`~superinfer.tuner.offline.scenario.build`) through
 :func:`~superinfer.tuner.offline.replay.replay` and is judged by ``superinfer.sim.metrics.run_metrics``;
 the record adds the tuner's objective (weighted), per-phase attainment, a timeline in ``bin_s`` bins of
@@ -26,7 +27,7 @@ from superinfer.tuner.config import TunerConfig
 from superinfer.tuner.controller import Controller
 from superinfer.tuner.offline.evaluate import TwinEnv, judge, objective
 from superinfer.tuner.offline.replay import replay
-from superinfer.tuner.offline.scenario import build, get_scenario
+from superinfer.tuner.offline.scenario import Scenario, build, get_scenario
 
 STRATEGIES = ("paper", "static_best", "oracle", "tuner")
 PAPER = {"alpha": 3.0, "delta_b": 0.0, "delta_f": 0.5}
@@ -43,6 +44,7 @@ class RunTask:
     arms: dict = field(default_factory=dict)  # the tuner's arms file (as data)
     tuner: TunerConfig = field(default_factory=lambda: TunerConfig(mode="auto"))
     bin_s: float = 60.0
+    scn: Scenario | None = None  # a scenario that is not built in (a recorded trace); else by name
 
 
 def start_setting(knobs: tuple[str, ...]) -> dict[str, float]:
@@ -51,7 +53,7 @@ def start_setting(knobs: tuple[str, ...]) -> dict[str, float]:
 
 def run_task(task: RunTask) -> dict[str, Any]:
     t0 = time.perf_counter()
-    scn = get_scenario(task.scenario)
+    scn = task.scn or get_scenario(task.scenario)
     env = task.env
     w, bounds = build(scn, task.seed, get_model(env.model).max_model_len)
     table = scn.table()

@@ -27,6 +27,7 @@ trade one against the other, so the best setting should differ between the two k
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -68,6 +69,7 @@ class Scenario:
     model: str = "qwen2.5-32b"
     hardware: str = "gh200"
     description: str = ""
+    known_phases: bool = True  # False for a recorded trace: one phase, its true boundaries unknown
 
     @property
     def duration_s(self) -> float:
@@ -129,10 +131,34 @@ def get_scenario(name: str) -> Scenario:
         raise ValueError(f"unknown scenario {name!r}; built in: {', '.join(SCENARIOS)}") from None
 
 
+def trace_scenario(path: str, rps: float | None = None, mix: tuple[tuple[str, float], ...] = CHAT_ONLY) -> Scenario:
+    """A recorded trace (any format ``load_workload`` reads, with arrival times) as a scenario of one
+    phase, ``trace``, replayed with its own arrivals (inter-arrival times scaled to ``rps`` when given).
+    Its phase boundaries are not known, so ``bench tuner`` runs no ``oracle`` on it. Requests keep the
+    trace's tenants when every one is in the scenario's table (chat, voice, bulk); otherwise each is
+    drawn from ``mix``. The trace is the same for every seed: seeds then vary only the twin's
+    randomness (and the tenant draws)."""
+    if rps is not None and not rps > 0:
+        raise ValueError(f"rps: expected a number > 0 or None (the trace's own rate), got {rps!r}")
+    w = load_workload(path, arrival="trace", rps=rps, duration_s=None, seed=0)
+    if len(w) == 0:
+        raise ValueError(f"trace {path!r}: no requests")
+    duration = float(max(w.duration_s or 0.0, float(w.arrival_s[-1]) + 1e-6))
+    seg = Segment(path, 0.0 if rps is None else float(rps), duration, arrival="trace", mix=mix)
+    return Scenario(f"trace:{os.path.basename(path)}", (Phase("trace", (seg,)),), known_phases=False,
+                    description=f"recorded trace {path} ({len(w)} requests, {duration / 60:.1f} min"
+                                f"{'' if rps is None else f', scaled to {rps:g} req/s'})")
+
+
 def _segment(seg: Segment, seed: int, tenants: TenantTable, max_len: int | None, duration_s: float) -> Workload:
-    w = load_workload(seg.workload, arrival=seg.arrival, rps=seg.rps, duration_s=duration_s, seed=seed,
-                      tenants=dict(seg.mix), max_len=max_len)
     index = {t.name: i for i, t in enumerate(tenants.tenants)}
+    trace = seg.arrival == "trace"
+    rps = (seg.rps if seg.rps > 0 else None) if trace else seg.rps
+    w = load_workload(seg.workload, arrival=seg.arrival, rps=rps, duration_s=duration_s, seed=seed,
+                      tenants=None if trace else dict(seg.mix), max_len=max_len)
+    if trace and any(n not in index for n in w.tenant_names):
+        w = load_workload(seg.workload, arrival=seg.arrival, rps=rps, duration_s=duration_s, seed=seed,
+                          tenants=dict(seg.mix), max_len=max_len)
     ids = np.array([index[w.tenant_names[i]] for i in w.tenant_ids.tolist()], np.int32)
     return replace(w, tenant_ids=ids, tenant_names=tuple(t.name for t in tenants.tenants))
 
