@@ -61,7 +61,9 @@ class HostCosts:
       does, and so does this term);
     * ``arrival_s``: per arriving request, serial with the engine loop (input processing between steps);
     * ``new_shape_s``: added to an iteration whose batch size in tokens the engine has not run before (on
-      CPU, kernels are set up per shape: a prompt length never seen costs more than the warm fit says).
+      CPU, kernels are set up per shape: a prompt length never seen costs more than the warm fit says);
+    * ``output_s`` + ``output_per_seq_s`` x scheduled sequences: added to every iteration (the engine's
+      output processing after the scheduler's step: detokenising, request outputs, the serving loop).
     """
 
     step_s: float = 0.0
@@ -69,9 +71,11 @@ class HostCosts:
     arrival_s: float = 0.0
     new_shape_s: float = 0.0
     plan_per_live_s: float = 0.0
+    output_s: float = 0.0
+    output_per_seq_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("step_s", "plan_s", "arrival_s", "new_shape_s", "plan_per_live_s"):
+        for name in self.__dataclass_fields__:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"host costs: {name} must be a finite number >= 0 (seconds), got {v!r}")
@@ -246,7 +250,7 @@ class Simulator:
         decode = (tokens == 1) & (st.outputs[rows] > 0)
         price = cm.price_step(tokens, st.num_computed[rows], decode, moves.h2d_blocks, len(moves.swap_out),
                               len(moves.sync))
-        t_end = now + price.step_s + self._host_s(snap, cap, int(tokens.sum()), now)
+        t_end = now + price.step_s + self._host_s(snap, cap, tokens, now)
         self.max_h2d = max(self.max_h2d, moves.h2d_blocks)
         self.max_d2h = max(self.max_d2h, moves.d2h_blocks)
         self.max_used = max(self.max_used, st.ledger.hbm.used)
@@ -254,9 +258,10 @@ class Simulator:
         sampled = st.advance(plan, t_end, rows)
         return StepResult(now, t_end, plan, snap, moves, price, plan_s, sampled)
 
-    def _host_s(self, snap: Snapshot, cap: Capacity, tokens: int, now: float) -> float:
+    def _host_s(self, snap: Snapshot, cap: Capacity, sched_tokens: np.ndarray, now: float) -> float:
         host, cfg = self.cfg.host, self.cfg
-        extra = host.step_s
+        extra = host.step_s + host.output_s + host.output_per_seq_s * sched_tokens.shape[0]
+        tokens = int(sched_tokens.sum())
         if (host.plan_s > 0 or host.plan_per_live_s > 0) and not nothing_to_plan(snap, cap) \
                 and not self.policy.only_serves_batch(snap, cap, cfg.params, cfg.tenants, now):
             extra += host.plan_s + host.plan_per_live_s * len(snap)

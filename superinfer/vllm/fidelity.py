@@ -24,7 +24,8 @@ import click
 import numpy as np
 
 from superinfer.vllm.bench import _requests, engine_options, prepare, run_policy
-from superinfer.vllm.fidelity_twin import TERMS, cost_model, quantiles, score, side, speed_factor, variants
+from superinfer.vllm.fidelity_twin import (TERMS, cost_model, probe_reference, quantiles, score, side, speed_factor,
+                                          variants)
 
 #: the seed of the probe replay that times the plugin's plans (no compared run uses it)
 PLAN_PROBE_SEED = 1000
@@ -118,16 +119,19 @@ def _engine_runs(o: dict[str, Any], rates: list[float], policies: list[str], slo
                 q = quantiles(tr)
                 probes = real_m.get("probe_s", [])
                 rows.append({"policy": policy, "rps": rps, "seed": seed, "real": side(real_m, q), "probe_s": probes,
-                             "speed": speed_factor(probes, host[policy]["median_step_s"]["policy"]),
                              "_cdf": q["_cdf"], "_requests": {k: getattr(tr, k) for k in REQUEST_FIELDS}})
     return rows
 
 
 def _score_all(rows: list[dict[str, Any]], o: dict[str, Any], slo: tuple[float, float], cal: Any,
                host: dict[str, dict[str, Any]]) -> dict[tuple[str, float], Any]:
-    """The twin (every variant) on each real run's requests; CDFs of seed 0, real and twin, per point."""
+    """The twin (every variant) on each real run's requests, at the host's speed of the run (its probes
+    against the terms' prediction of the probe's step); CDFs of seed 0, real and twin, per point."""
+    from superinfer.vllm.fidelity_host import PROBE_CONTEXT
+
     cdfs = {}
     for row in rows:
+        row["speed"] = speed_factor(row["probe_s"], probe_reference(cal, host[row["policy"]]["host"], PROBE_CONTEXT))
         ro = {**o, "rps": row["rps"]}
         _, arr, prompt, output, _ = _requests(o["workload"], o["arrival"], row["rps"], o["duration"], row["seed"],
                                               o["max_model_len"])
@@ -168,8 +172,8 @@ def _rescore(path: str, ablate: bool) -> tuple[dict[str, Any], list[dict[str, An
     try:
         old = json.loads(Path(path).read_text())
         o = {**old["config"], "ablate": ablate}
-        rows = [{**{k: r[k] for k in ("policy", "rps", "seed", "real")}, "probe_s": r.get("probe_s", []),
-                 "speed": float(r.get("speed", 1.0))} for r in old["runs"]]
+        rows = [{**{k: r[k] for k in ("policy", "rps", "seed", "real")}, "probe_s": r.get("probe_s", [])}
+                for r in old["runs"]]
         prev = {"slo": old["slo"], "calibration": old["calibration"], "copy_s_per_block": old["copy_s_per_block"],
                 "host_terms": old["host_terms"]}
     except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -14,6 +14,10 @@ here on the same engine settings, apart from the runs the twin is compared with:
   processing, serial with the engine loop), the same for every policy;
 * ``new_shape_s`` -- a prefill of a length the engine has not run before, minus the same prefill again
   (median over eight lengths): on CPU kernels are set up per batch shape, and the calibration fit is warm;
+* ``output_s`` + ``output_per_seq_s`` x sequences -- the engine's output processing after the scheduler's
+  step (:func:`output_costs`: a step of ``LLMEngine.step()`` and the replay loop's reading of its outputs,
+  minus the calibrated part, from ``schedule()`` to the end of ``update_from_output``, of the same step;
+  medians per batch size of steady decodes, a least-squares line through them);
 * the KV copy time per block (:func:`copy_s_per_block`): the connector's CPU copy path (one ``copy_`` per
   layer, K and V, and block, as DuplexKV's torch backend runs it) timed on the model's block shape.
 
@@ -64,6 +68,10 @@ def probe_fits(num_blocks: int, block_size: int, max_model_len: int) -> bool:
     """Whether the speed probe's two requests fit an engine of these settings (with vLLM's null block)."""
     tokens = _PROMPT + _DECODE_STEPS + 20
     return tokens <= max_model_len and 2 * -(-tokens // block_size) <= num_blocks - 1
+
+
+#: the speed probe's steady step: two decodes at this context each (the median step of ``_median_step``)
+PROBE_CONTEXT = _PROMPT + 3 + 20 + (_DECODE_STEPS - 20) // 2
 
 
 def quiet_step_s(llm: Any) -> float:
@@ -150,6 +158,45 @@ def _new_shape_s(llm: Any) -> float:
     return max(0.0, float(np.median(extra)))
 
 
+_OUTPUT_BATCHES = (1, 2, 4, 8, 16)
+
+
+def output_costs(spec: EngineSpec, workdir: Path) -> tuple[float, float]:
+    """``(a, b)`` seconds: the engine's per-step time outside the calibrated scheduler step, as the line
+    ``a + b * sequences`` through the median difference at each batch size of steady decodes."""
+    from vllm import SamplingParams
+
+    from superinfer.vllm import calibrate
+
+    timed = EngineSpec(**{**spec.__dict__, "policy": "vllm", "num_blocks": 512,
+                          "scheduler_cls": "superinfer.vllm.calibrate.TimingScheduler"})
+    sp = SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True)
+    medians = []
+    with open_engine(timed, workdir) as llm:
+        eng = llm.llm_engine
+        for rep in range(2):  # the first pass meets every shape once (first-shape costs): dropped
+            for b in _OUTPUT_BATCHES:
+                diffs = []
+                for i in range(b):
+                    eng.add_request(f"o{rep}.{b}.{i}", {"prompt_token_ids": _prompt(i, 64)}, sp)
+                while eng.has_unfinished_requests():
+                    n0 = len(calibrate.SAMPLES)
+                    t = time.perf_counter()
+                    outs = eng.step()
+                    for o in outs:  # what the replay loop reads of every output
+                        _ = len(o.outputs[0].token_ids) if o.outputs else 0
+                    outer = time.perf_counter() - t
+                    if len(calibrate.SAMPLES) == n0 + 1 and calibrate.SAMPLES[-1][1] == b:
+                        diffs.append(outer - calibrate.SAMPLES[-1][3])
+                if rep == 1 and diffs:
+                    medians.append((b, float(np.median(diffs))))
+    calibrate.SAMPLES.clear()
+    x, y = np.array([m[0] for m in medians], float), np.array([m[1] for m in medians])
+    slope, icpt = np.polyfit(x, y, 1) if x.size > 1 else (0.0, float(y.mean()) if y.size else 0.0)
+    slope = max(0.0, float(slope))
+    return max(0.0, float(np.mean(y - slope * x))), slope
+
+
 def measure_host_costs(spec: EngineSpec, policies: list[str], prompt_tokens: int,
                        workdir: Path) -> dict[str, dict[str, Any]]:
     """Per policy: ``{"host": HostCosts, "median_step_s": {"policy": quiet step, "stock": stock's}}``, measured
@@ -165,9 +212,11 @@ def measure_host_costs(spec: EngineSpec, policies: list[str], prompt_tokens: int
             if policy == "vllm":
                 arrival = _arrival_s(llm, prompt_tokens)
                 shape = _new_shape_s(llm)
+    out_a, out_b = output_costs(spec, workdir)
     out: dict[str, dict[str, Any]] = {}
     for policy in policies:
         step_s = max(0.0, quiet[policy] - quiet["vllm"]) if policy in ROTA_POLICIES else 0.0
-        out[policy] = {"host": HostCosts(step_s=step_s, arrival_s=arrival, new_shape_s=shape),
+        out[policy] = {"host": HostCosts(step_s=step_s, arrival_s=arrival, new_shape_s=shape, output_s=out_a,
+                                         output_per_seq_s=out_b),
                        "median_step_s": {"policy": quiet[policy], "stock": quiet["vllm"]}}
     return out

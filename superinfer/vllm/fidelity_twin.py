@@ -4,8 +4,8 @@ its measured model terms (or some of them switched off), and score it against th
 The terms (docs/fidelity.md): the calibrated step (always), ``host_step``, ``host_plan``, ``host_arrival``,
 ``new_shape`` (:class:`superinfer.sim.engine.HostCosts`), ``sync_transfers`` (the CPU connector copies
 within the step) and ``host_speed`` (the host's speed at the time of the run, from a probe run just before
-and after it, against the same probe when the terms were measured: the calibrated step, the host terms and
-the copy time are scaled by that ratio).
+and after it, against what the calibrated step and host terms predict for the probe's step: the calibrated
+step, the host terms and the copy time are scaled by that ratio).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 #: the twin's model terms that ``--ablate`` can switch off (docs/fidelity.md)
-TERMS = ("host_step", "host_plan", "host_arrival", "new_shape", "sync_transfers", "host_speed")
+TERMS = ("host_step", "host_plan", "host_arrival", "new_shape", "host_output", "sync_transfers", "host_speed")
 PCT_KEYS = ("ttft_p50", "ttft_p90", "tbt_p50", "tbt_p90")
 SIDE_KEYS = ("ttft_attainment", "tbt_attainment", "tbt_gap_attainment", "slo_attainment", "throughput_tok_s",
              "rotations", "preemptions", "finished", "arrived")
@@ -71,9 +71,16 @@ def cost_model(block_size: int, cal: Any = None, overlap: bool = True) -> Any:
     return CostModel(get_model("llama-3-8b"), get_hardware("gh200"), block_size, cal, overlap=overlap, duplex=overlap)
 
 
+def probe_reference(cal: Any, host: Any, context: int) -> float:
+    """What the twin's terms say the speed probe's step costs: two decodes at ``context`` tokens each, with
+    the policy's per-step host terms (a quiet step: no plan)."""
+    return (cal.coefficients.iteration_s(0, 0.0, 2, 2 * context) + host.step_s + host.output_s
+            + 2 * host.output_per_seq_s)
+
+
 def speed_factor(probe_s: list[float], reference_s: float) -> float:
-    """The host's speed during a run against when the terms were measured: the mean of the probes around
-    the run over the same probe then (1.0 without probes)."""
+    """The host's speed during a run against the twin's terms: the mean of the probes around the run over
+    what the terms predict for the probe's step (1.0 without probes)."""
     if not probe_s or not (reference_s > 0):
         return 1.0
     return float(np.mean(probe_s)) / reference_s
@@ -109,7 +116,7 @@ def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[flo
     knobs = {k: o[k] for k in Params.__dataclass_fields__ if o.get(k) is not None}
     params = Params(**knobs)
     zero = {"host_step": ("step_s",), "host_plan": ("plan_s", "plan_per_live_s"), "host_arrival": ("arrival_s",),
-            "new_shape": ("new_shape_s",)}
+            "new_shape": ("new_shape_s",), "host_output": ("output_s", "output_per_seq_s")}
     for term, fields in zero.items():
         if term in off:
             host = replace(host, **{f: 0.0 for f in fields})

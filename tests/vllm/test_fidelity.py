@@ -40,6 +40,7 @@ def fidelity(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> dict
     data = json.loads(out.read_text())
     data["_plots"] = sorted(p.name for p in plots.glob("*.png"))
     data["_stdout"] = proc.stdout
+    data["_path"] = out
     return data
 
 
@@ -53,11 +54,16 @@ def test_the_json_has_both_sides_and_the_error_for_every_run(fidelity: dict) -> 
         assert set(r["error"]) >= {"ttft_p50_pct", "ttft_p90_pct", "tbt_p50_pct", "tbt_p90_pct", "mape_pct",
                                    "ttft_attainment_pp", "tbt_attainment_pp", "slo_attainment_pp"}
         assert set(r["ablation"]) == {"no_host_step", "no_host_plan", "no_host_arrival", "no_new_shape",
-                                      "no_sync_transfers", "none"}
+                                      "no_host_output", "no_sync_transfers", "no_host_speed", "none"}
+        assert len(r["probe_s"]) == 2 and all(0 < p < 0.1 for p in r["probe_s"]), "a speed probe before and after"
+        assert 0.5 < r["speed"] < 2.0
     cal = fidelity["calibration"]
     assert cal["source"].startswith("measured") and cal["samples"] >= 100, "the step-time fit measured first"
     assert fidelity["host_terms"]["lvf"]["new_shape_s"] >= 0
     assert fidelity["host_terms"]["vllm"]["step_s"] == 0.0, "stock vLLM is what the calibration measured"
+    assert fidelity["host_terms"]["vllm"]["output_s"] > 0, "output processing measured outside the calibrated step"
+    probe = fidelity["host_terms"]["lvf"]["plan_probe"]
+    assert probe["plan_timed"] > 0 and fidelity["host_terms"]["lvf"]["plan_s"] > 0, "the plugin timed its plans"
     assert fidelity["_plots"] == ["fidelity_cdf_lvf_r3.png", "fidelity_cdf_vllm_r3.png"]
     assert "winner real" in fidelity["_stdout"]
 
@@ -68,3 +74,20 @@ def test_the_twin_of_stock_vllm_is_within_the_bound(fidelity: dict) -> None:
     assert e["mape_pct"] <= MAX_MAPE_PCT, e
     assert abs(e["ttft_attainment_pp"]) <= MAX_ATTAINMENT_PP, e
     assert abs(e["tbt_attainment_pp"]) <= MAX_ATTAINMENT_PP, e
+
+
+def test_rescoring_the_recorded_runs_reproduces_the_twin_without_an_engine(fidelity: dict, tmp_path: Path) -> None:
+    """``--rescore`` scores the twin against an earlier JSON's real runs: with the same twin, the same numbers."""
+    out = tmp_path / "again.json"
+    cmd = [sys.executable, "-m", "superinfer.cli", "bench", "fidelity", "--rescore", str(fidelity["_path"]),
+           "--json", str(out), "--plot-dir", str(tmp_path / "plots")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    again = json.loads(out.read_text())
+    for before, after in zip(fidelity["runs"], again["runs"]):
+        assert after["real"] == before["real"]
+        assert after["twin"] == before["twin"] and after["error"] == before["error"]
+    assert sorted(p.name for p in (tmp_path / "plots").glob("*.png")) == fidelity["_plots"], "real CDFs kept"
+    bad = subprocess.run([sys.executable, "-m", "superinfer.cli", "bench", "fidelity", "--rescore", str(out.parent / "plots" /
+                          fidelity["_plots"][0])], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "not a bench fidelity JSON" in bad.stderr

@@ -1,0 +1,132 @@
+"""The twin's host terms (:class:`superinfer.sim.engine.HostCosts`, docs/fidelity.md): each adds exactly the
+time it says on exactly the iterations it says, and the fidelity helpers that measure and scale them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from superinfer.core import Params, Tenant, TenantTable
+from superinfer.sim.calibration import Calibration, Coefficients, TransferCalibration
+from superinfer.sim.costmodel import CostModel
+from superinfer.sim.engine import HostCosts, SimConfig, Simulator
+from superinfer.sim.hardware import get_hardware
+from superinfer.sim.models import get_model
+from superinfer.sim.workload import Workload
+from superinfer.vllm.fidelity_host import plan_line
+from superinfer.vllm.fidelity_twin import probe_reference, scaled, speed_factor
+
+COEF = Coefficients(overhead_s=2e-3, per_prefill_token_s=1e-5, per_prefill_attn_pair_s=1e-8, per_decode_seq_s=3e-5,
+                    per_kv_token_s=6e-8)
+
+
+def calibration() -> Calibration:
+    return Calibration(engine="vllm", model="tiny", hardware="test", date="", coefficients=COEF, block_size=32,
+                       transfer=TransferCalibration(h2d_gb_s=4.0, d2h_gb_s=4.0, duplex_factor=1.0))
+
+
+def twin(policy: str, arrivals: list[float], prompts: list[int], outputs: list[int], host: HostCosts,
+         hbm_blocks: int = 31) -> Simulator:
+    """The fidelity twin's setting: the tiny engine's calibration, 32-token blocks, a loose SLO."""
+    w = Workload.from_arrays(np.array(arrivals), np.array(prompts), np.array(outputs), duration_s=max(arrivals) + 1,
+                             source="test")
+    cm = CostModel(get_model("llama-3-8b"), get_hardware("gh200"), 32, calibration())
+    cfg = SimConfig(policy=policy, max_num_seqs=64, max_num_batched_tokens=2048, b_xfer=64,
+                    params=Params(step_slo_share=0.0), tenants=TenantTable([Tenant("default", 1.0, 0.1)]),
+                    hbm_blocks=hbm_blocks, dram_blocks=4096, drain_s=120.0, host=host)
+    return Simulator(w, cm, cfg)
+
+
+def end_and_iterations(sim: Simulator) -> tuple[float, int]:
+    tr = sim.run()
+    return float(np.nanmax(tr.t_end)), tr.iterations
+
+
+@pytest.mark.parametrize("bad", [-1e-3, math.nan, math.inf, "1"])
+@pytest.mark.parametrize("name", [f.name for f in fields(HostCosts)])
+def test_every_term_is_a_finite_non_negative_time(name, bad):
+    with pytest.raises(ValueError, match=name):
+        HostCosts(**{name: bad})
+
+
+def test_output_processing_costs_a_plus_b_per_scheduled_sequence_on_every_iteration():
+    """Two requests that always run together: every iteration schedules two sequences."""
+    args = ("vllm", [0.0, 0.0], [64, 64], [40, 40])
+    base_end, n = end_and_iterations(twin(*args, HostCosts()))
+    end, n2 = end_and_iterations(twin(*args, HostCosts(output_s=1e-4, output_per_seq_s=2e-5)))
+    assert n2 == n
+    assert end - base_end == pytest.approx(n * (1e-4 + 2 * 2e-5), rel=1e-9)
+
+
+def test_a_step_term_costs_the_same_on_every_iteration():
+    args = ("lvf", [0.0, 0.0], [100, 30], [30, 50])
+    base_end, n = end_and_iterations(twin(*args, HostCosts()))
+    end, n2 = end_and_iterations(twin(*args, HostCosts(step_s=3e-4)))
+    assert n2 == n
+    assert end - base_end == pytest.approx(n * 3e-4, rel=1e-9, abs=1e-9)
+
+
+def test_the_plan_term_costs_nothing_where_the_plugin_skips_the_plan():
+    """Two requests that fit: the plugin plans on the arrival step (two wait) and on the next (each holds two
+    full blocks that eager sync copies), then never again (no block fills before they finish: 64 + 20 < 96
+    tokens), so the term is charged exactly twice, for two live requests each time."""
+    args = ("lvf", [0.0, 0.0], [64, 64], [20, 20])
+    quiet, n = end_and_iterations(twin(*args, HostCosts()))
+    planned, n2 = end_and_iterations(twin(*args, HostCosts(plan_s=5e-3, plan_per_live_s=1e-3)))
+    assert n2 == n > 2
+    assert planned - quiet == pytest.approx(2 * (5e-3 + 2 * 1e-3), rel=1e-9)
+
+
+def test_under_kv_pressure_the_plan_term_is_charged_on_the_steps_that_plan():
+    """Six requests that cannot all fit in 12 blocks: requests wait for most of the run, and plans cost."""
+    args = ("lvf", [0.0] * 6, [100] * 6, [60] * 6)
+    quiet_end, _ = end_and_iterations(twin(*args, HostCosts(), hbm_blocks=12))
+    planned_end, _ = end_and_iterations(twin(*args, HostCosts(plan_s=1e-3), hbm_blocks=12))
+    assert planned_end > quiet_end + 1e-3
+
+
+@settings(max_examples=60, deadline=None)
+@given(a=st.integers(0, 10**6), b=st.integers(0, 10**5), live=st.lists(st.integers(1, 64), min_size=2, max_size=50))
+def test_plan_line_recovers_an_exact_line_from_the_plugins_sums(a, b, live):
+    ns = [a + b * n for n in live]  # nanoseconds, as the plugin counts
+    sums = {"plan_timed": len(live), "plan_ns": sum(ns), "plan_live": sum(live),
+            "plan_live_sq": sum(n * n for n in live), "plan_ns_x_live": sum(y * n for y, n in zip(ns, live))}
+    got_a, got_b = plan_line(sums)
+    if len(set(live)) > 1:
+        assert got_b == pytest.approx(b * 1e-9, rel=1e-6, abs=1e-12)
+        assert got_a == pytest.approx(a * 1e-9, rel=1e-6, abs=2e-9)
+    else:  # one live count: no slope to see, the mean
+        assert got_b == 0.0 and got_a == pytest.approx(np.mean(ns) * 1e-9, rel=1e-9, abs=1e-15)
+
+
+def test_plan_line_without_plans_is_zero_and_a_falling_line_is_clipped_to_its_mean():
+    assert plan_line({}) == (0.0, 0.0)
+    live, ns = [1, 2, 3], [300, 200, 100]
+    sums = {"plan_timed": 3, "plan_ns": 600, "plan_live": 6, "plan_live_sq": 14,
+            "plan_ns_x_live": sum(y * n for y, n in zip(ns, live))}
+    assert plan_line(sums) == (pytest.approx(200e-9), 0.0)
+
+
+def test_scaling_for_the_hosts_speed_multiplies_every_time_and_divides_every_rate():
+    host = HostCosts(step_s=1e-4, plan_s=2e-4, arrival_s=3e-4, new_shape_s=4e-4, plan_per_live_s=5e-6,
+                     output_s=6e-5, output_per_seq_s=7e-6)
+    cal2, host2 = scaled(calibration(), host, 1.25)
+    for f in fields(HostCosts):
+        assert getattr(host2, f.name) == pytest.approx(1.25 * getattr(host, f.name))
+    for f in fields(Coefficients):
+        assert getattr(cal2.coefficients, f.name) == pytest.approx(1.25 * getattr(COEF, f.name))
+    assert cal2.transfer.h2d_gb_s == pytest.approx(4.0 / 1.25) and cal2.transfer.d2h_gb_s == pytest.approx(4.0 / 1.25)
+    assert scaled(calibration(), host, 1.0)[1] is host
+
+
+def test_the_speed_factor_is_the_probes_over_what_the_terms_predict_for_the_probes_step():
+    host = HostCosts(step_s=1e-4, output_s=5e-5, output_per_seq_s=1e-5)
+    ref = probe_reference(calibration(), host, 400)
+    assert ref == pytest.approx(COEF.iteration_s(0, 0.0, 2, 800) + 1e-4 + 5e-5 + 2e-5)
+    assert speed_factor([1.1 * ref, 1.3 * ref], ref) == pytest.approx(1.2)
+    assert speed_factor([], ref) == 1.0
