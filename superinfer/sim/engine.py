@@ -32,6 +32,7 @@ from superinfer.core import (
     EngineState,
     Moves,
     Params,
+    Phase,
     Plan,
     Sampled,
     Snapshot,
@@ -63,7 +64,10 @@ class HostCosts:
     * ``new_shape_s``: added to an iteration whose batch size in tokens the engine has not run before (on
       CPU, kernels are set up per shape: a prompt length never seen costs more than the warm fit says);
     * ``output_s`` + ``output_per_seq_s`` x scheduled sequences: added to every iteration (the engine's
-      output processing after the scheduler's step: detokenising, request outputs, the serving loop).
+      output processing after the scheduler's step: detokenising, request outputs, the serving loop);
+    * ``waiting_s``: added to an iteration after whose admissions requests still wait (stock vLLM tries the
+      head of its waiting queue every step and fails; the plugin checks whether the step only serves its
+      batch).
     """
 
     step_s: float = 0.0
@@ -73,6 +77,7 @@ class HostCosts:
     plan_per_live_s: float = 0.0
     output_s: float = 0.0
     output_per_seq_s: float = 0.0
+    waiting_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in self.__dataclass_fields__:
@@ -251,6 +256,8 @@ class Simulator:
         price = cm.price_step(tokens, st.num_computed[rows], decode, moves.h2d_blocks, len(moves.swap_out),
                               len(moves.sync))
         t_end = now + price.step_s + self._host_s(snap, cap, tokens, now)
+        if cfg.host.waiting_s > 0 and np.any(st.phase[st.live_rows()] != Phase.RUNNING):
+            t_end += cfg.host.waiting_s
         self.max_h2d = max(self.max_h2d, moves.h2d_blocks)
         self.max_d2h = max(self.max_d2h, moves.d2h_blocks)
         self.max_used = max(self.max_used, st.ledger.hbm.used)

@@ -7,6 +7,8 @@ here on the same engine settings, apart from the runs the twin is compared with:
 * ``step_s`` -- the median step of a steady two-request decode under the policy minus the same under stock
   vLLM (the plugin's table refresh and the KV connector's hooks; its quiet steps skip the plan). The same
   probe (:func:`quiet_step_s`), run again around each compared run, measures the host's speed then;
+* ``waiting_s`` -- the same probe with a request waiting that cannot be admitted, minus the quiet step
+  (:func:`measure_host_costs`);
 * ``plan_s`` + ``plan_per_live_s`` x live requests -- the plugin's own timing of its plans (plan and apply,
   ``RotaScheduler._time_plan``) over a probe replay of the same workload on a seed no compared run uses,
   as a least-squares line in the number of live requests (:func:`plan_line`);
@@ -43,8 +45,8 @@ def _prompt(i: int, n: int) -> list[int]:
     return [(13 * i + j) % 400 + 3 for j in range(n)]
 
 
-def _median_step(llm: Any) -> float:
-    """Median wall time of ``engine.step()`` while two requests decode."""
+def _median_step(llm: Any, waiting_prompt: int | None = None) -> float:
+    """Median wall time of ``engine.step()`` while two requests decode (and one waits, if asked)."""
     from vllm import SamplingParams
 
     eng = llm.llm_engine
@@ -53,12 +55,15 @@ def _median_step(llm: Any) -> float:
         eng.add_request(f"h{i}", {"prompt_token_ids": _prompt(i, _PROMPT)}, sp)
     for _ in range(3):
         eng.step()  # prefills and the first decode
+    if waiting_prompt:
+        eng.add_request("hw", {"prompt_token_ids": _prompt(7, waiting_prompt)},
+                        SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))
     times = []
     for _ in range(_DECODE_STEPS):
         t = time.perf_counter()
         eng.step()
         times.append(time.perf_counter() - t)
-    eng.abort_request(["h0", "h1"])
+    eng.abort_request(["h0", "h1", "hw"])
     while eng.has_unfinished_requests():
         eng.step()
     return float(np.median(times[20:]))
@@ -199,24 +204,41 @@ def output_costs(spec: EngineSpec, workdir: Path) -> tuple[float, float]:
 
 def measure_host_costs(spec: EngineSpec, policies: list[str], prompt_tokens: int,
                        workdir: Path) -> dict[str, dict[str, Any]]:
-    """Per policy: ``{"host": HostCosts, "median_step_s": {"policy": quiet step, "stock": stock's}}``, measured
-    on engines like ``spec`` with room for the probe (``spec.num_blocks`` is not used). The plan terms are
-    left at 0: they come from a probe replay (:func:`plan_line`)."""
-    per_req = -(-(_PROMPT + _DECODE_STEPS + 24) // spec.block_size)
-    quiet: dict[str, float] = {}
+    """Per policy: ``{"host": HostCosts, "median_step_s": {"policy": quiet step, "waiting": the same with a
+    request waiting that cannot be admitted, "stock": stock's quiet step}}``, measured on engines like
+    ``spec`` (``spec.num_blocks`` is not used). The plan terms are left at 0: they come from a probe replay
+    (:func:`plan_line`).
+
+    The waiting probe gives the engine just enough KV blocks for the two decoding requests to finish, so a
+    third request whose prompt is longer than what is left waits the whole probe; no policy may rotate
+    (``max_rotations`` 0), so every step has the same batch. Its difference to the quiet step is
+    ``waiting_s``: stock vLLM tries the head of its waiting queue every step (a prefix-cache lookup and a
+    failed allocation), the plugin checks that the step only serves its batch."""
+    bs = spec.block_size
+    per_req = -(-(_PROMPT + _DECODE_STEPS + 24) // bs)
+    tight = 2 * per_req + 2  # and vLLM's null block, and one spare
+    waiting_prompt = (tight - 1 - 2 * -(-_PROMPT // bs)) * bs + 1  # one token more than the free blocks hold
+    if waiting_prompt >= spec.max_model_len:
+        raise ValueError(f"host probe: needs max_model_len > {waiting_prompt}, got {spec.max_model_len}")
+    params = {**spec.params, "max_rotations": 0}
+    steps: dict[str, dict[str, float]] = {}
     arrival = shape = 0.0
     for policy in dict.fromkeys(["vllm", *policies]):
         free = EngineSpec(**{**spec.__dict__, "policy": policy, "num_blocks": 4 * per_req + 8})
+        blocked = EngineSpec(**{**spec.__dict__, "policy": policy, "num_blocks": tight, "params": params})
         with open_engine(free, workdir) as llm:
-            quiet[policy] = quiet_step_s(llm)
+            quiet = quiet_step_s(llm)
             if policy == "vllm":
                 arrival = _arrival_s(llm, prompt_tokens)
                 shape = _new_shape_s(llm)
+        with open_engine(blocked, workdir) as llm:
+            steps[policy] = {"policy": quiet, "waiting": _median_step(llm, waiting_prompt)}
     out_a, out_b = output_costs(spec, workdir)
     out: dict[str, dict[str, Any]] = {}
     for policy in policies:
-        step_s = max(0.0, quiet[policy] - quiet["vllm"]) if policy in ROTA_POLICIES else 0.0
+        st = steps[policy]
+        step_s = max(0.0, st["policy"] - steps["vllm"]["policy"]) if policy in ROTA_POLICIES else 0.0
         out[policy] = {"host": HostCosts(step_s=step_s, arrival_s=arrival, new_shape_s=shape, output_s=out_a,
-                                         output_per_seq_s=out_b),
-                       "median_step_s": {"policy": quiet[policy], "stock": quiet["vllm"]}}
+                                         output_per_seq_s=out_b, waiting_s=max(0.0, st["waiting"] - st["policy"])),
+                       "median_step_s": {**st, "stock": steps["vllm"]["policy"]}}
     return out

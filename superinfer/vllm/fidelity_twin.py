@@ -1,7 +1,8 @@
 """The twin's side of ``superinferd bench fidelity``: run the twin on a real run's requests and settings, with
 its measured model terms (or some of them switched off), and score it against the real run.
 
-The terms (docs/fidelity.md): the calibrated step (always), ``host_step``, ``host_plan``, ``host_arrival``,
+The terms (docs/fidelity.md): the calibrated step (always), ``host_step``, ``host_plan``, ``host_waiting``,
+``host_arrival``,
 ``new_shape`` (:class:`superinfer.sim.engine.HostCosts`), ``sync_transfers`` (the CPU connector copies
 within the step) and ``host_speed`` (the host's speed at the time of the run, from a probe run just before
 and after it, against what the calibrated step and host terms predict for the probe's step: the calibrated
@@ -17,7 +18,8 @@ from typing import Any
 import numpy as np
 
 #: the twin's model terms that ``--ablate`` can switch off (docs/fidelity.md)
-TERMS = ("host_step", "host_plan", "host_arrival", "new_shape", "host_output", "sync_transfers", "host_speed")
+TERMS = ("host_step", "host_plan", "host_waiting", "host_arrival", "new_shape", "host_output", "sync_transfers",
+         "host_speed")
 PCT_KEYS = ("ttft_p50", "ttft_p90", "tbt_p50", "tbt_p90")
 SIDE_KEYS = ("ttft_attainment", "tbt_attainment", "tbt_gap_attainment", "slo_attainment", "throughput_tok_s",
              "rotations", "preemptions", "finished", "arrived")
@@ -116,7 +118,8 @@ def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[flo
     knobs = {k: o[k] for k in Params.__dataclass_fields__ if o.get(k) is not None}
     params = Params(**knobs)
     zero = {"host_step": ("step_s",), "host_plan": ("plan_s", "plan_per_live_s"), "host_arrival": ("arrival_s",),
-            "new_shape": ("new_shape_s",), "host_output": ("output_s", "output_per_seq_s")}
+            "new_shape": ("new_shape_s",), "host_output": ("output_s", "output_per_seq_s"),
+            "host_waiting": ("waiting_s",)}
     for term, fields in zero.items():
         if term in off:
             host = replace(host, **{f: 0.0 for f in fields})

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from superinfer.core import Params, Tenant, TenantTable
+from superinfer.core import Params, Phase, Tenant, TenantTable
 from superinfer.sim.calibration import Calibration, Coefficients, TransferCalibration
 from superinfer.sim.costmodel import CostModel
 from superinfer.sim.engine import HostCosts, SimConfig, Simulator
@@ -88,6 +88,30 @@ def test_under_kv_pressure_the_plan_term_is_charged_on_the_steps_that_plan():
     quiet_end, _ = end_and_iterations(twin(*args, HostCosts(), hbm_blocks=12))
     planned_end, _ = end_and_iterations(twin(*args, HostCosts(plan_s=1e-3), hbm_blocks=12))
     assert planned_end > quiet_end + 1e-3
+
+
+def test_the_waiting_term_is_charged_on_the_iterations_after_which_requests_still_wait():
+    """Both fit: admitted together in the first iteration, nobody ever waits after it. Six requests in 12
+    blocks: some wait after most iterations, and the term is charged on those only."""
+    for policy in ("vllm", "lvf"):
+        fit = (policy, [0.0, 0.0], [64, 64], [20, 20])
+        assert end_and_iterations(twin(*fit, HostCosts(waiting_s=1e-3))) == end_and_iterations(twin(*fit, HostCosts()))
+        tight = (policy, [0.0] * 6, [100] * 6, [60] * 6)
+        sim = twin(*tight, HostCosts(waiting_s=1e-3), hbm_blocks=12)
+        waited = []
+        step = sim.step
+
+        def watched(now, step=step, sim=sim):
+            res = step(now)
+            st = sim.state
+            waited.append(bool(np.any(st.phase[st.live_rows()] != Phase.RUNNING)))  # finishing moves nobody
+            return res
+
+        sim.step = watched
+        end = float(np.nanmax(sim.run().t_end))
+        base_end, n = end_and_iterations(twin(*tight, HostCosts(), hbm_blocks=12))
+        assert len(waited) == n and 0 < sum(waited) < n
+        assert end - base_end == pytest.approx(sum(waited) * 1e-3, rel=1e-9)
 
 
 @settings(max_examples=60, deadline=None)
