@@ -19,7 +19,6 @@ workload's end; the run then drains until every request has finished or ``drain_
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -43,47 +42,12 @@ from superinfer.core import (
     nothing_to_plan,
 )
 from superinfer.sim.costmodel import CostModel, StepPrice
+from superinfer.sim.host import HostCosts
 from superinfer.sim.workload import Workload
 
 # Names the benchmarks accept: the core's policies plus variants that change the transfer engine.
 SIM_POLICIES = ENGINE_POLICIES
 UNBOUNDED = 1 << 40
-
-
-@dataclass(frozen=True)
-class HostCosts:
-    """Host-side time an engine spends outside the calibrated step (each a measured term of the twin;
-    ``superinferd bench fidelity`` measures them on a real engine, docs/fidelity.md):
-
-    * ``step_s``: added to every iteration (e.g. the vLLM plugin's table refresh and KV connector hooks,
-      beyond the stock scheduler that a calibration already includes);
-    * ``plan_s`` + ``plan_per_live_s`` x live requests: added to an iteration that plans (the plugin skips
-      the plan where :func:`superinfer.core.nothing_to_plan` holds or the policy's ``only_serves_batch``
-      does, and so does this term);
-    * ``arrival_s``: per arriving request, serial with the engine loop (input processing between steps);
-    * ``new_shape_s``: added to an iteration whose batch size in tokens the engine has not run before (on
-      CPU, kernels are set up per shape: a prompt length never seen costs more than the warm fit says);
-    * ``output_s`` + ``output_per_seq_s`` x scheduled sequences: added to every iteration (the engine's
-      output processing after the scheduler's step: detokenising, request outputs, the serving loop);
-    * ``waiting_s``: added to an iteration after whose admissions requests still wait (stock vLLM tries the
-      head of its waiting queue every step and fails; the plugin checks whether the step only serves its
-      batch).
-    """
-
-    step_s: float = 0.0
-    plan_s: float = 0.0
-    arrival_s: float = 0.0
-    new_shape_s: float = 0.0
-    plan_per_live_s: float = 0.0
-    output_s: float = 0.0
-    output_per_seq_s: float = 0.0
-    waiting_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        for name in self.__dataclass_fields__:
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise ValueError(f"host costs: {name} must be a finite number >= 0 (seconds), got {v!r}")
 
 
 @dataclass
@@ -203,6 +167,7 @@ class Simulator:
         self.state = EngineState(self.hbm_blocks, self.dram_blocks, cm.block_size, grow=max(1024, len(workload)))
         self.max_h2d = self.max_d2h = self.max_used = 0
         self._shapes: set[int] = set()  # batch sizes in tokens run so far (HostCosts.new_shape_s)
+        self._idle_s = 0.0  # how long the engine sat idle before the next iteration (HostCosts.wake_*)
         n = len(workload)
         rng = np.random.default_rng(cfg.seed + 7919)
         noise = rng.lognormal(0.0, cfg.sjf_noise, n) if cfg.sjf_noise > 0 else np.ones(n)
@@ -268,6 +233,9 @@ class Simulator:
     def _host_s(self, snap: Snapshot, cap: Capacity, sched_tokens: np.ndarray, now: float) -> float:
         host, cfg = self.cfg.host, self.cfg
         extra = host.step_s + host.output_s + host.output_per_seq_s * sched_tokens.shape[0]
+        if self._idle_s > 0:
+            extra += host.wake_s(self._idle_s)
+            self._idle_s = 0.0
         tokens = int(sched_tokens.sum())
         if (host.plan_s > 0 or host.plan_per_live_s > 0) and not nothing_to_plan(snap, cap) \
                 and not self.policy.only_serves_batch(snap, cap, cfg.params, cfg.tenants, now):
@@ -303,6 +271,7 @@ class Simulator:
             if len(st) == 0:
                 if self._next >= n:
                     break
+                self._idle_s += max(0.0, float(w.arrival_s[self._next]) - now)
                 now = float(w.arrival_s[self._next])
                 continue
             if now >= deadline:

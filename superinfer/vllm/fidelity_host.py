@@ -20,6 +20,8 @@ here on the same engine settings, apart from the runs the twin is compared with:
   step (:func:`output_costs`: a step of ``LLMEngine.step()`` and the replay loop's reading of its outputs,
   minus the calibrated part, from ``schedule()`` to the end of ``update_from_output``, of the same step;
   medians per batch size of steady decodes, a least-squares line through them);
+* ``wake_idle_s`` / ``wake_extra_s`` -- a prefill after the engine sat idle, minus the same back to back, at
+  a few idle times (:func:`wake_costs`);
 * the KV copy time per block (:func:`copy_s_per_block`): the connector's CPU copy path (one ``copy_`` per
   layer, K and V, and block, as DuplexKV's torch backend runs it) timed on the model's block shape.
 
@@ -164,6 +166,40 @@ def _new_shape_s(llm: Any) -> float:
 
 
 _OUTPUT_BATCHES = (1, 2, 4, 8, 16)
+#: idle times (s) before the wake probe's prefills
+WAKE_IDLE_S = (0.005, 0.02, 0.05, 0.2, 1.0)
+
+
+def wake_costs(llm: Any, repeats: int = 8) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The first step after the engine sat idle: for each idle time of :data:`WAKE_IDLE_S`, the median of a
+    warm-shape prefill (120 fresh tokens, no prefix-cache hit) after sleeping that long, minus the same
+    prefill run back to back. Returns ``(idle times, extra seconds)``."""
+    from vllm import SamplingParams
+
+    eng = llm.llm_engine
+    sp = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
+    rng = np.random.default_rng(0)
+    count = [0]
+
+    def prefill() -> float:
+        count[0] += 1
+        eng.add_request(f"k{count[0]}", {"prompt_token_ids": rng.integers(3, 400, 120).tolist()}, sp)
+        t = time.perf_counter()
+        while eng.has_unfinished_requests():
+            eng.step()
+        return time.perf_counter() - t
+
+    for _ in range(4):
+        prefill()  # the shape is warm
+    base = float(np.median([prefill() for _ in range(repeats)]))
+    extra = []
+    for idle in WAKE_IDLE_S:
+        runs = []
+        for _ in range(repeats):
+            time.sleep(idle)
+            runs.append(prefill())
+        extra.append(max(0.0, float(np.median(runs)) - base))
+    return WAKE_IDLE_S, tuple(extra)
 
 
 def output_costs(spec: EngineSpec, workdir: Path) -> tuple[float, float]:
@@ -223,6 +259,7 @@ def measure_host_costs(spec: EngineSpec, policies: list[str], prompt_tokens: int
     params = {**spec.params, "max_rotations": 0}
     steps: dict[str, dict[str, float]] = {}
     arrival = shape = 0.0
+    wake: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
     for policy in dict.fromkeys(["vllm", *policies]):
         free = EngineSpec(**{**spec.__dict__, "policy": policy, "num_blocks": 4 * per_req + 8})
         blocked = EngineSpec(**{**spec.__dict__, "policy": policy, "num_blocks": tight, "params": params})
@@ -231,6 +268,7 @@ def measure_host_costs(spec: EngineSpec, policies: list[str], prompt_tokens: int
             if policy == "vllm":
                 arrival = _arrival_s(llm, prompt_tokens)
                 shape = _new_shape_s(llm)
+                wake = wake_costs(llm)
         with open_engine(blocked, workdir) as llm:
             steps[policy] = {"policy": quiet, "waiting": _median_step(llm, waiting_prompt)}
     out_a, out_b = output_costs(spec, workdir)
@@ -239,6 +277,7 @@ def measure_host_costs(spec: EngineSpec, policies: list[str], prompt_tokens: int
         st = steps[policy]
         step_s = max(0.0, st["policy"] - steps["vllm"]["policy"]) if policy in ROTA_POLICIES else 0.0
         out[policy] = {"host": HostCosts(step_s=step_s, arrival_s=arrival, new_shape_s=shape, output_s=out_a,
-                                         output_per_seq_s=out_b, waiting_s=max(0.0, st["waiting"] - st["policy"])),
+                                         output_per_seq_s=out_b, waiting_s=max(0.0, st["waiting"] - st["policy"]),
+                                         wake_idle_s=wake[0], wake_extra_s=wake[1]),
                        "median_step_s": {**st, "stock": steps["vllm"]["policy"]}}
     return out

@@ -3,7 +3,7 @@ its measured model terms (or some of them switched off), and score it against th
 
 The terms (docs/fidelity.md): the calibrated step (always), ``host_step``, ``host_plan``, ``host_waiting``,
 ``host_arrival``,
-``new_shape`` (:class:`superinfer.sim.engine.HostCosts`), ``sync_transfers`` (the CPU connector copies
+``new_shape``, ``host_output``, ``host_wake`` (:class:`superinfer.sim.engine.HostCosts`), ``sync_transfers`` (the CPU connector copies
 within the step) and ``host_speed`` (the host's speed at the time of the run, from a probe run just before
 and after it, against what the calibrated step and host terms predict for the probe's step: the calibrated
 step, the host terms and the copy time are scaled by that ratio).
@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 #: the twin's model terms that ``--ablate`` can switch off (docs/fidelity.md)
-TERMS = ("host_step", "host_plan", "host_waiting", "host_arrival", "new_shape", "host_output", "sync_transfers",
-         "host_speed")
+TERMS = ("host_step", "host_plan", "host_waiting", "host_arrival", "new_shape", "host_output", "host_wake",
+         "sync_transfers", "host_speed")
 PCT_KEYS = ("ttft_p50", "ttft_p90", "tbt_p50", "tbt_p90")
 SIDE_KEYS = ("ttft_attainment", "tbt_attainment", "tbt_gap_attainment", "slo_attainment", "throughput_tok_s",
              "rotations", "preemptions", "finished", "arrived")
@@ -100,7 +100,8 @@ def scaled(cal: Any, host: Any, factor: float) -> tuple[Any, Any]:
     transfer = TransferCalibration(h2d_gb_s=t.h2d_gb_s / factor if t.h2d_gb_s else t.h2d_gb_s,
                                    d2h_gb_s=t.d2h_gb_s / factor if t.d2h_gb_s else t.d2h_gb_s,
                                    duplex_factor=t.duplex_factor)
-    host = replace(host, **{k: getattr(host, k) * factor for k in host.__dataclass_fields__})
+    host = replace(host, wake_extra_s=tuple(v * factor for v in host.wake_extra_s),
+                   **{k: getattr(host, k) * factor for k in host.__dataclass_fields__ if not k.startswith("wake_")})
     return replace(cal, coefficients=coef, transfer=transfer), host
 
 
@@ -123,6 +124,8 @@ def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[flo
     for term, fields in zero.items():
         if term in off:
             host = replace(host, **{f: 0.0 for f in fields})
+    if "host_wake" in off:
+        host = replace(host, wake_idle_s=(), wake_extra_s=())
     cal, host = scaled(cal, host, 1.0 if "host_speed" in off else speed)
     cm = cost_model(o["block_size"], cal, overlap="sync_transfers" in off)
     cfg = SimConfig(policy=policy, max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=o["max_num_batched_tokens"],

@@ -47,11 +47,43 @@ def end_and_iterations(sim: Simulator) -> tuple[float, int]:
     return float(np.nanmax(tr.t_end)), tr.iterations
 
 
+TIMES = [f.name for f in fields(HostCosts) if not f.name.startswith("wake_")]
+
+
 @pytest.mark.parametrize("bad", [-1e-3, math.nan, math.inf, "1"])
-@pytest.mark.parametrize("name", [f.name for f in fields(HostCosts)])
+@pytest.mark.parametrize("name", TIMES)
 def test_every_term_is_a_finite_non_negative_time(name, bad):
     with pytest.raises(ValueError, match=name):
         HostCosts(**{name: bad})
+
+
+@pytest.mark.parametrize("idle, extra", [((0.1,), ()), ((0.1, 0.05), (1e-3, 2e-3)), ((0.0,), (1e-3,)),
+                                         ((0.1,), (-1e-3,)), ((0.1,), (math.nan,)), (0.1, 1e-3)])
+def test_the_wake_curve_is_increasing_idle_times_with_one_non_negative_time_each(idle, extra):
+    with pytest.raises(ValueError, match="wake_idle_s"):
+        HostCosts(wake_idle_s=idle, wake_extra_s=extra)
+
+
+def test_the_wake_curve_interpolates_in_log_idle_time_and_is_flat_past_its_last_point():
+    h = HostCosts(wake_idle_s=[0.01, 0.1, 1.0], wake_extra_s=[1e-3, 2e-3, 3e-3])
+    assert h.wake_idle_s == (0.01, 0.1, 1.0), "lists become tuples (the dataclass is frozen and hashable)"
+    assert h.wake_s(0.005) == 0.0 and h.wake_s(0.01) == pytest.approx(1e-3)
+    assert h.wake_s(10 ** -1.5) == pytest.approx(1.5e-3)
+    assert h.wake_s(0.1) == pytest.approx(2e-3) and h.wake_s(60.0) == pytest.approx(3e-3)
+    assert HostCosts().wake_s(60.0) == 0.0
+
+
+def test_the_first_iteration_after_an_idle_gap_pays_the_wake_cost_once():
+    """Two requests 1 s apart, each done in well under a second: the engine idles before each (from 0 until
+    the first arrival too), so two iterations pay, each after about a second of idle time."""
+    args = ("vllm", [1.0, 2.0], [64, 64], [10, 10])
+    base_end, n = end_and_iterations(twin(*args, HostCosts()))
+    end, n2 = end_and_iterations(twin(*args, HostCosts(wake_idle_s=(0.5,), wake_extra_s=(4e-3,))))
+    assert n2 == n
+    assert end - base_end == pytest.approx(4e-3, rel=1e-9), "the last request's end moves by its own wake only"
+    trace = twin(*args, HostCosts(wake_idle_s=(0.5,), wake_extra_s=(4e-3,))).run()
+    base = twin(*args, HostCosts()).run()
+    assert np.allclose(trace.t_first - base.t_first, 4e-3)
 
 
 def test_output_processing_costs_a_plus_b_per_scheduled_sequence_on_every_iteration():
@@ -140,8 +172,11 @@ def test_scaling_for_the_hosts_speed_multiplies_every_time_and_divides_every_rat
     host = HostCosts(step_s=1e-4, plan_s=2e-4, arrival_s=3e-4, new_shape_s=4e-4, plan_per_live_s=5e-6,
                      output_s=6e-5, output_per_seq_s=7e-6)
     cal2, host2 = scaled(calibration(), host, 1.25)
-    for f in fields(HostCosts):
-        assert getattr(host2, f.name) == pytest.approx(1.25 * getattr(host, f.name))
+    for name in TIMES:
+        assert getattr(host2, name) == pytest.approx(1.25 * getattr(host, name))
+    waking = HostCosts(wake_idle_s=(0.01, 1.0), wake_extra_s=(1e-3, 3e-3))
+    assert scaled(calibration(), waking, 2.0)[1].wake_extra_s == pytest.approx((2e-3, 6e-3))
+    assert scaled(calibration(), waking, 2.0)[1].wake_idle_s == (0.01, 1.0), "idle times are not durations of work"
     for f in fields(Coefficients):
         assert getattr(cal2.coefficients, f.name) == pytest.approx(1.25 * getattr(COEF, f.name))
     assert cal2.transfer.h2d_gb_s == pytest.approx(4.0 / 1.25) and cal2.transfer.d2h_gb_s == pytest.approx(4.0 / 1.25)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from superinfer.vllm.fidelity_twin import TERMS
+
 pytest.importorskip("vllm")
 
 pytestmark = pytest.mark.timeout(900)
@@ -53,8 +55,7 @@ def test_the_json_has_both_sides_and_the_error_for_every_run(fidelity: dict) -> 
                 assert r[side][k] >= 0
         assert set(r["error"]) >= {"ttft_p50_pct", "ttft_p90_pct", "tbt_p50_pct", "tbt_p90_pct", "mape_pct",
                                    "ttft_attainment_pp", "tbt_attainment_pp", "slo_attainment_pp"}
-        assert set(r["ablation"]) == {"no_host_step", "no_host_plan", "no_host_arrival", "no_new_shape",
-                                      "no_host_output", "no_sync_transfers", "no_host_speed", "none"}
+        assert set(r["ablation"]) == {f"no_{t}" for t in TERMS} | {"none"}
         assert len(r["probe_s"]) == 2 and all(0 < p < 0.1 for p in r["probe_s"]), "a speed probe before and after"
         assert 0.5 < r["speed"] < 2.0
     cal = fidelity["calibration"]
@@ -62,6 +63,8 @@ def test_the_json_has_both_sides_and_the_error_for_every_run(fidelity: dict) -> 
     assert fidelity["host_terms"]["lvf"]["new_shape_s"] >= 0
     assert fidelity["host_terms"]["vllm"]["step_s"] == 0.0, "stock vLLM is what the calibration measured"
     assert fidelity["host_terms"]["vllm"]["output_s"] > 0, "output processing measured outside the calibrated step"
+    wake = fidelity["host_terms"]["vllm"]
+    assert len(wake["wake_idle_s"]) == len(wake["wake_extra_s"]) == 5 and min(wake["wake_extra_s"]) >= 0
     probe = fidelity["host_terms"]["lvf"]["plan_probe"]
     assert probe["plan_timed"] > 0 and fidelity["host_terms"]["lvf"]["plan_s"] > 0, "the plugin timed its plans"
     assert fidelity["_plots"] == ["fidelity_cdf_lvf_r3.png", "fidelity_cdf_vllm_r3.png"]
