@@ -81,10 +81,11 @@ def probe_fits(num_blocks: int, block_size: int, max_model_len: int) -> bool:
 PROBE_CONTEXT = _PROMPT + 3 + 20 + (_DECODE_STEPS - 20) // 2
 
 
-def quiet_step_s(llm: Any) -> float:
-    """The speed probe: median step of a steady two-request decode on this open engine (seconds). Its KV
-    (two requests of ``_PROMPT`` + ``_DECODE_STEPS`` tokens) must fit in the engine's blocks."""
-    return _median_step(llm)
+def quiet_step_s(llm: Any, repeats: int = 3) -> float:
+    """The speed probe: median step of a steady two-request decode on this open engine (seconds), the median
+    of ``repeats`` probes. Its KV (two requests of ``_PROMPT`` + ``_DECODE_STEPS`` tokens) must fit in the
+    engine's blocks."""
+    return float(np.median([_median_step(llm) for _ in range(repeats)]))
 
 
 def plan_line(sums: dict[str, int]) -> tuple[float, float]:
