@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from superinfer.vllm.fidelity_twin import TERMS
+from superinfer.vllm.fidelity_twin import LEFT_OUT, TERMS
 
 pytest.importorskip("vllm")
 
@@ -55,7 +55,8 @@ def test_the_json_has_both_sides_and_the_error_for_every_run(fidelity: dict) -> 
                 assert r[side][k] >= 0
         assert set(r["error"]) >= {"ttft_p50_pct", "ttft_p90_pct", "tbt_p50_pct", "tbt_p90_pct", "mape_pct",
                                    "ttft_attainment_pp", "tbt_attainment_pp", "slo_attainment_pp"}
-        assert set(r["ablation"]) == {f"no_{t}" for t in TERMS} | {"none"}
+        assert set(r["ablation"]) == ({f"no_{t}" for t in TERMS if t not in LEFT_OUT} | {f"with_{t}" for t in LEFT_OUT}
+                                      | {"none"})
         assert len(r["probe_s"]) == 2 and all(0 < p < 0.1 for p in r["probe_s"]), "a speed probe before and after"
         assert 0.5 < r["speed"] < 2.0
     cal = fidelity["calibration"]
