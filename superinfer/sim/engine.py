@@ -221,8 +221,6 @@ class Simulator:
         price = cm.price_step(tokens, st.num_computed[rows], decode, moves.h2d_blocks, len(moves.swap_out),
                               len(moves.sync))
         t_end = now + price.step_s + self._host_s(snap, cap, tokens, now)
-        if cfg.host.waiting_s > 0 and np.any(st.phase[st.live_rows()] != Phase.RUNNING):
-            t_end += cfg.host.waiting_s
         self.max_h2d = max(self.max_h2d, moves.h2d_blocks)
         self.max_d2h = max(self.max_d2h, moves.d2h_blocks)
         self.max_used = max(self.max_used, st.ledger.hbm.used)
@@ -231,8 +229,11 @@ class Simulator:
         return StepResult(now, t_end, plan, snap, moves, price, plan_s, sampled)
 
     def _host_s(self, snap: Snapshot, cap: Capacity, sched_tokens: np.ndarray, now: float) -> float:
-        host, cfg = self.cfg.host, self.cfg
+        """The iteration's host terms (:class:`HostCosts`); called once the plan's blocks have moved."""
+        host, cfg, st = self.cfg.host, self.cfg, self.state
         extra = host.step_s + host.output_s + host.output_per_seq_s * sched_tokens.shape[0]
+        if host.waiting_s > 0 and np.any(st.phase[st.live_rows()] != Phase.RUNNING):
+            extra += host.waiting_s  # requests still wait after this step's admissions
         if self._idle_s > 0:
             extra += host.wake_s(self._idle_s)
             self._idle_s = 0.0

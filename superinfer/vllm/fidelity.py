@@ -167,15 +167,17 @@ def _cdf_path(json_path: str) -> Path:
     return Path(json_path).with_suffix(".cdf.npz")
 
 
-def _rescore(path: str, ablate: bool) -> tuple[dict[str, Any], list[dict[str, Any]], Any]:
-    """The real runs a previous ``bench fidelity`` JSON recorded, set up to be scored by the twin again."""
+def _rescore(path: str, ablate: bool) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """An earlier ``bench fidelity`` JSON (checked to hold what a re-score reads), its settings with
+    ``ablate``, and its real runs set up to be scored by the twin again (seed 0's CDFs from its .cdf.npz)."""
     try:
         old = json.loads(Path(path).read_text())
+        missing = [k for k in ("slo", "calibration", "copy_s_per_block", "host_terms", "command") if k not in old]
+        if missing:
+            raise KeyError(missing)
         o = {**old["config"], "ablate": ablate}
         rows = [{**{k: r[k] for k in ("policy", "rps", "seed", "real")}, "probe_s": r.get("probe_s", [])}
                 for r in old["runs"]]
-        prev = {"slo": old["slo"], "calibration": old["calibration"], "copy_s_per_block": old["copy_s_per_block"],
-                "host_terms": old["host_terms"]}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise click.BadParameter(f"{path}: not a bench fidelity JSON with engine runs ({exc!r})",
                                  param_hint="--rescore") from None
@@ -183,7 +185,7 @@ def _rescore(path: str, ablate: bool) -> tuple[dict[str, Any], list[dict[str, An
     for r in rows:
         if r["seed"] == 0 and (r["policy"], r["rps"]) in real_cdfs:
             r["_cdf"] = real_cdfs[(r["policy"], r["rps"])]
-    return {**prev, "o": o}, rows, old
+    return old, o, rows
 
 
 @click.command("fidelity")
@@ -204,12 +206,10 @@ def bench_fidelity(**o: Any) -> None:
     from superinfer.vllm.fidelity_report import echo_table, plot_cdfs, summarise_fidelity
 
     if o["rescore"]:
-        prev, rows, old = _rescore(o["rescore"], o["ablate"])
-        run_o, slo_info, cal_info = prev["o"], prev["slo"], prev["calibration"]
+        old, run_o, rows = _rescore(o["rescore"], o["ablate"])
+        slo_info, cal_info, copy_s, command = old["slo"], old["calibration"], old["copy_s_per_block"], old["command"]
         slo = (slo_info["ttft_slo_s"], slo_info["tbt_slo_s"])
-        host = _host_from_json(prev["host_terms"])
-        copy_s = prev["copy_s_per_block"]
-        command = old["command"]
+        host = _host_from_json(old["host_terms"])
     else:
         rates = [float(x) for x in str(o["rates"]).split(",")] if o["rates"] else [float(o["rps"])]
         if any(not (r > 0) for r in rates):

@@ -234,9 +234,10 @@ def output_costs(spec: EngineSpec, workdir: Path) -> tuple[float, float]:
                     medians.append((b, float(np.median(diffs))))
     calibrate.SAMPLES.clear()
     x, y = np.array([m[0] for m in medians], float), np.array([m[1] for m in medians])
-    slope, icpt = np.polyfit(x, y, 1) if x.size > 1 else (0.0, float(y.mean()) if y.size else 0.0)
-    slope = max(0.0, float(slope))
-    return max(0.0, float(np.mean(y - slope * x))), slope
+    if not y.size:
+        return 0.0, 0.0
+    slope = max(0.0, float(np.polyfit(x, y, 1)[0])) if x.size > 1 else 0.0
+    return max(0.0, float(np.mean(y - slope * x))), slope  # the intercept again if the slope was clipped
 
 
 def measure_host_costs(spec: EngineSpec, policies: list[str], prompt_tokens: int,
