@@ -13,7 +13,7 @@ import gc
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,11 +57,26 @@ class EngineSpec:
 
 
 @contextmanager
+def owned_llm(make: Callable[[], Any]) -> Iterator[Any]:
+    """The ``vllm.LLM`` that ``make()`` builds, shut down on exit: its engine core, then its memory, then
+    vLLM's distributed state (so that the next engine in this process starts clean)."""
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+    llm = make()
+    try:
+        yield llm
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+        cleanup_dist_env_and_memory()
+
+
+@contextmanager
 def open_engine(spec: EngineSpec, workdir: Path) -> Iterator[Any]:
     """An in-process ``vllm.LLM`` configured for ``spec.policy``; shut down on exit."""
     os.environ.update(ENGINE_ENV)
     from vllm import LLM
-    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
     kwargs: dict[str, Any] = {}
     if spec.policy == "vllm-priority":
@@ -83,17 +98,12 @@ def open_engine(spec: EngineSpec, workdir: Path) -> Iterator[Any]:
                                         "kv_role": "kv_both", "kv_connector_extra_config": extra}
     if spec.scheduler_cls:
         kwargs["scheduler_cls"] = spec.scheduler_cls
-    llm = LLM(model=spec.model, dtype=spec.dtype, seed=0, block_size=spec.block_size,
-              max_model_len=spec.max_model_len, num_gpu_blocks_override=spec.num_blocks, enforce_eager=True,
-              max_num_seqs=spec.max_num_seqs, max_num_batched_tokens=spec.max_num_batched_tokens,
-              disable_log_stats=False, **kwargs)
-    try:
+    with owned_llm(lambda: LLM(model=spec.model, dtype=spec.dtype, seed=0, block_size=spec.block_size,
+                               max_model_len=spec.max_model_len, num_gpu_blocks_override=spec.num_blocks,
+                               enforce_eager=True, max_num_seqs=spec.max_num_seqs,
+                               max_num_batched_tokens=spec.max_num_batched_tokens, disable_log_stats=False,
+                               **kwargs)) as llm:
         yield llm
-    finally:
-        llm.llm_engine.engine_core.shutdown()
-        del llm
-        gc.collect()
-        cleanup_dist_env_and_memory()
 
 
 def scheduler_of(llm: Any) -> Any:

@@ -7,7 +7,6 @@ vLLM keeps a process-wide distributed state.
 
 from __future__ import annotations
 
-import gc
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from superinfer.vllm.replay import owned_llm
 
 # vLLM reads these when the engine starts; set them before any engine exists. Offline always.
 VLLM_TEST_ENV: dict[str, str] = {
@@ -82,10 +83,9 @@ def run_engine(
     """Start an in-process vLLM engine on CPU, greedy-decode ``prompts``, shut it down."""
     with _env(VLLM_TEST_ENV):
         from vllm import LLM, SamplingParams
-        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
         t0 = time.perf_counter()
-        llm = LLM(
+        with owned_llm(lambda: LLM(
             model=str(model_dir),
             dtype=dtype,
             seed=0,
@@ -95,8 +95,7 @@ def run_engine(
             enforce_eager=True,  # no torch.compile: seconds instead of minutes
             disable_log_stats=False,  # keep the stock counters (vllm:num_preemptions)
             **llm_kwargs,
-        )
-        try:
+        )) as llm:
             t1 = time.perf_counter()
             params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
             outs = llm.generate(list(prompts), params, use_tqdm=False)
@@ -119,11 +118,6 @@ def run_engine(
                 load_s=t1 - t0,
                 generate_s=t2 - t1,
             )
-        finally:
-            llm.llm_engine.engine_core.shutdown()
-            del llm
-            gc.collect()
-            cleanup_dist_env_and_memory()
 
 
 @contextmanager
@@ -132,17 +126,11 @@ def open_engine(model_dir: Path, *, num_gpu_blocks: int, block_size: int = 32, m
     """An in-process ``LLM`` for tests that drive steps themselves (abort, live params); shut down after."""
     with _env(VLLM_TEST_ENV):
         from vllm import LLM
-        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
-        llm = LLM(model=str(model_dir), dtype=dtype, seed=0, block_size=block_size, max_model_len=max_model_len,
-                  num_gpu_blocks_override=num_gpu_blocks, enforce_eager=True, **llm_kwargs)
-        try:
+        with owned_llm(lambda: LLM(model=str(model_dir), dtype=dtype, seed=0, block_size=block_size,
+                                   max_model_len=max_model_len, num_gpu_blocks_override=num_gpu_blocks,
+                                   enforce_eager=True, **llm_kwargs)) as llm:
             yield llm
-        finally:
-            llm.llm_engine.engine_core.shutdown()
-            del llm
-            gc.collect()
-            cleanup_dist_env_and_memory()
 
 
 @pytest.fixture(scope="session")

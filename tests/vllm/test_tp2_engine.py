@@ -17,7 +17,6 @@ What is specified:
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
 import time
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from superinfer.vllm.replay import owned_llm
 
 pytest.importorskip("vllm")
 
@@ -64,18 +65,11 @@ def tp2_env() -> Iterator[str | None]:
 def tp2_engine(model: Path, blocks: int, **kw: Any) -> Iterator[Any]:
     with tp2_env():
         from vllm import LLM
-        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
-        llm = LLM(model=str(model), dtype="float32", seed=0, block_size=32, max_model_len=512,
-                  num_gpu_blocks_override=blocks, enforce_eager=True, tensor_parallel_size=2,
-                  distributed_executor_backend="mp", **kw)
-        try:
+        with owned_llm(lambda: LLM(model=str(model), dtype="float32", seed=0, block_size=32, max_model_len=512,
+                                   num_gpu_blocks_override=blocks, enforce_eager=True, tensor_parallel_size=2,
+                                   distributed_executor_backend="mp", **kw)) as llm:
             yield llm
-        finally:
-            llm.llm_engine.engine_core.shutdown()
-            del llm
-            gc.collect()
-            cleanup_dist_env_and_memory()
 
 
 # -- run inside the worker processes (collective_rpc pickles them by value) ------------------------------
