@@ -3,7 +3,9 @@
 1. Two studies (``superinfer.tuner.offline.study``), in parallel: one of the judged scenario (its
    ``robust`` arm is ``static_best``, its phase arms are the ``oracle``'s), one of a *different* trace
    (``shifting-alt``: the tuner's warm start). Each evaluates every phase alone for ``eval_s`` seconds
-   on a seed no judged run uses (1000 and 2000), with ``static_trials`` trials.
+   on a seed no judged run uses (1000 and 2000), with ``static_trials`` trials; each study's sampler is
+   seeded with its own data seed, so the two propose different settings (on one sampler seed they
+   proposed the same ones, and the warm start was not independent of the judged study).
 2. Every strategy on seeds ``0 .. seeds - 1`` of the scenario, and ``tuner`` and ``static_best`` on the
    stationary control (there ``static_best`` is the study's arm for that phase: the best static setting
    for stationary chat traffic), in a process pool.
@@ -55,9 +57,9 @@ def run_bench(spec: BenchSpec, progress: Callable[[str], None] | None = None) ->
     knobs = spec.tuner.knobs
     start = start_setting(knobs)
     studies = [StudySpec(env, scn, knobs, start, spec.static_trials, (1000,), spec.eval_s,
-                         study_name="bench-static"),
+                         study_name="bench-static", sampler_seed=1000),
                StudySpec(env, get_scenario(spec.study_scenario), knobs, start, spec.static_trials, (2000,), spec.eval_s,
-                         study_name="bench-warm-start")]
+                         study_name="bench-warm-start", sampler_seed=2000)]
     say(f"studies: {spec.static_trials} trials each on {scn.name} (static_best, oracle) and "
         f"{spec.study_scenario} (the tuner's warm start), phases of {spec.eval_s:g} s")
     with ProcessPoolExecutor(max_workers=max(1, min(spec.jobs, 2))) as pool:

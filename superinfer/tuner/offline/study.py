@@ -6,8 +6,11 @@ share of the scenario's time. Trial 0 is the starting setting (``enqueue_trial``
 the constraint can be stated against it: no tenant of any phase may lose more than ``margin`` of
 attainment against the start (``Trial.set_constraint``, which Optuna's TPE sampler takes into account;
 infeasible trials are never chosen). The
-result is an arms file (``superinfer.tuner.arms``): ``robust`` = the feasible trial with the best value;
-one arm per phase = the feasible trial with the best score in that phase, with the phase's features.
+result is an arms file (``superinfer.tuner.arms``): ``robust`` = the feasible trial (no tenant of *any*
+phase loses more than ``margin``) with the best value; one arm per phase = the trial with the best score
+in that phase among those feasible *in that phase* (no tenant of that phase loses more than ``margin``
+against the start in that phase; :func:`phase_feasible`), with the phase's features. A phase's arm is
+only ever used in that phase, so what a setting does elsewhere is no reason to withhold it.
 
 Parallel workers (``jobs > 1``) are processes on one study in a shared storage (a journal file in a
 temporary directory when no storage is given). Storages: ``sqlite:///path``, ``postgresql://...``
@@ -49,7 +52,7 @@ class StudySpec:
     margin: float = 0.05
     storage: str | None = None
     study_name: str = "superinfer-tune"
-    sampler_seed: int = 0
+    sampler_seed: int = 0  # give each study its own (two studies on one seed propose the same settings)
 
 
 def storage_url(spec: str | None) -> str | None:
@@ -164,6 +167,16 @@ def run_study(spec: StudySpec, jobs: int = 1, progress: Callable[[str], None] | 
             tmp.cleanup()
 
 
+def phase_feasible(trial: Any, phase: str, reference: dict, margin: float) -> bool:
+    """Did ``trial`` keep every tenant of ``phase`` within ``margin`` of the start's attainment there?
+    (False when the trial has no per-tenant scores for the phase.)"""
+    per = trial.user_attrs.get(f"tenants:{phase}")
+    if per is None:
+        return False
+    ref = reference.get(phase, {}).get("per_tenant", {})
+    return all(ref[t] - v - margin <= 0 for t, v in per.items() if t in ref)
+
+
 def _arms(spec: StudySpec, study: Any, reference: dict) -> Arms:
     import optuna
 
@@ -177,13 +190,16 @@ def _arms(spec: StudySpec, study: Any, reference: dict) -> Arms:
         if ph.name in phases:
             continue
         key = f"phase:{ph.name}"
-        top = max((t for t in feasible if key in t.user_attrs), key=lambda t: (t.user_attrs[key], -t.number))
+        scored = [t for t in done if key in t.user_attrs]
+        pool = [t for t in scored if phase_feasible(t, ph.name, reference, spec.margin)] or scored
+        top = max(pool, key=lambda t: (t.user_attrs[key], -t.number))
         feats = workload_features(phase_workload(spec.scenario, ph, spec.seeds[0], ph.duration_s, max_len))
         phases[ph.name] = Arm(ph.name, values(top), round(float(top.user_attrs[key]), 6),
                               {k: round(v, 6) for k, v in feats.items()})
     source = {"scenario": spec.scenario.name, "model": spec.env.model, "hardware": spec.env.hardware,
               "trials": len(done), "seeds": list(spec.seeds), "eval_s": spec.eval_s, "margin": spec.margin,
-              "study": spec.study_name, "start": dict(spec.start),
+              "study": spec.study_name, "start": dict(spec.start), "sampler_seed": spec.sampler_seed,
+              "phase_arms": "best in the phase among trials feasible in that phase",
               "start_scores": {n: round(r["score"], 6) for n, r in reference.items()}}
     return Arms(Arm("robust", values(best), round(float(best.value), 6)), phases, source)
 
