@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from superinfer.tuner.space import DEFAULT_KNOBS
 
 MODES: tuple[str, ...] = ("off", "shadow", "advise", "auto")
+ARM_TESTS: tuple[str, ...] = ("unless_worse", "noninferiority")
 
 
 class TunerConfigError(ValueError):
@@ -25,8 +26,13 @@ class TunerConfig:
       tuner, ``low_load``); ``settle_s``: how long after the largest TTFT SLO past a window's end the
       evaluation waits for running requests (``max_settle_s`` at most).
     * ``alpha``: the accept test's level; ``guard_alpha``, ``guard_margin`` (attainment, 0.05 = 5 pp),
-      ``guard_min_requests`` (per tenant): the rollback guard; ``noninferiority_margin``: an offline
-      phase arm is accepted unless it is significantly worse than the incumbent by more than this.
+      ``guard_min_requests`` (per tenant): the rollback guard. ``arm_test``: the verdict on an offline
+      study's arm (a local step always needs superiority at ``alpha``): ``unless_worse`` (default; the
+      study is the evidence for it, so the burden of proof is on the trial: adopted unless the trial
+      shows it significantly worse than the incumbent, one-sided at ``alpha``, or its point estimate more
+      than ``guard_margin`` below the incumbent's) or ``noninferiority``
+      (the trial must show it is not worse by more than ``noninferiority_margin``, one-sided at ``alpha``;
+      with 4 slots a side near capacity that almost never passes, docs/tuner.md).
     * ``cooldown_s``: after a decision, no new trial before this; ``max_rollbacks_per_hour``: freeze
       (``rollbacks``) while this many rollbacks happened in the last hour.
     * ``switch_slots``, ``switch_warmup_s``: a trial is a switchback (``superinfer.tuner.switchback``):
@@ -55,6 +61,7 @@ class TunerConfig:
     guard_alpha: float = 0.01
     guard_margin: float = 0.05
     guard_min_requests: int = 30
+    arm_test: str = "unless_worse"
     noninferiority_margin: float = 0.02
     cooldown_s: float = 60.0
     max_rollbacks_per_hour: int = 3
@@ -101,6 +108,8 @@ class TunerConfig:
         if not 0 < self.gamma <= 1 or not 0 <= self.explore_threshold < 1:
             raise TunerConfigError(f"gamma/explore_threshold: expected 0 < gamma <= 1 and 0 <= threshold < 1, "
                                    f"got {self.gamma!r}, {self.explore_threshold!r}")
+        if self.arm_test not in ARM_TESTS:
+            raise TunerConfigError(f"arm_test: expected one of {', '.join(ARM_TESTS)}, got {self.arm_test!r}")
         if self.test_unit not in ("slot", "request"):
             raise TunerConfigError(f"test_unit: expected slot or request, got {self.test_unit!r}")
         if self.switch_slots % 2:

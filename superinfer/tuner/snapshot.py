@@ -77,8 +77,11 @@ def test_description(c: Controller) -> dict[str, Any]:
                   f"(Thue-Morse order), the first {cfg.switch_warmup_s:g} s of each not counted",
         "accept": (f"one-sided slot-level t-test (slots as units, cluster-robust variance, Welch df) of the "
                    if cfg.test_unit == "slot" else "one-sided two-proportion z-test (Wald, Kish effective n) of the ")
-                  + "candidate's slots against the incumbent's: superiority for local steps, "
-                  f"non-inferiority within {cfg.noninferiority_margin} for offline arms",
+                  + "candidate's slots against the incumbent's: superiority for local steps; offline arms "
+                  + (f"adopted unless significantly worse or more than {cfg.guard_margin} worse on the point estimate"
+                     if cfg.arm_test == "unless_worse"
+                     else f"non-inferiority within {cfg.noninferiority_margin}"),
+        "arm_test": cfg.arm_test,
         "unit": cfg.test_unit,
         "alpha": cfg.alpha, "min_requests": cfg.min_requests,
         "detectable_at_0.9": round(stats.detectable_delta(cfg.min_requests, 0.9, cfg.alpha), 4),

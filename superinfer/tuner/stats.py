@@ -10,6 +10,7 @@ requests; requests of one window share a queue, so the true variance is larger a
 * superiority (local steps, accept): ``(p_c - p_i) / se > z(1 - alpha)``;
 * non-inferiority (an offline study's arm for the detected phase, accept): ``(p_c - p_i + margin) / se >
   z(1 - alpha)``;
+* worse (an offline study's arm under ``arm_test = "unless_worse"``, reject): ``(p_i - p_c) / se > z(1 - alpha)``;
 * guard (any tenant, any time during a trial, roll back): ``(p_i - p_c - margin) / se > z(1 - alpha_guard)``.
 
 :func:`required_requests` is the per-window sample size that detects a difference ``delta`` at
@@ -56,6 +57,13 @@ def better(cand: Score, inc: Score, alpha: float) -> tuple[bool, float]:
 def not_worse(cand: Score, inc: Score, alpha: float, margin: float) -> tuple[bool, float]:
     """Non-inferiority within ``margin``. Returns (verdict, z)."""
     z = diff_z(cand.value, cand.n_eff, inc.value, inc.n_eff, shift=margin)
+    return z > z_quantile(1 - alpha), z
+
+
+def worse(cand: Score, inc: Score, alpha: float) -> tuple[bool, float]:
+    """Is the candidate's attainment significantly below the incumbent's? Returns (verdict, z of
+    ``p_i - p_c``); no requests on a side is no evidence (False)."""
+    z = diff_z(inc.value, inc.n_eff, cand.value, cand.n_eff)
     return z > z_quantile(1 - alpha), z
 
 
@@ -209,6 +217,14 @@ def slot_better(cand: list[Score], inc: list[Score], weights: dict[str, float], 
                 margin: float = 0.0) -> tuple[bool, float, float]:
     """Superiority (``margin`` 0) or non-inferiority within ``margin``, slot-level. (verdict, t, df)."""
     t, df, _, _ = slot_t(cand, inc, weights, margin)
+    return t > t_quantile(1 - alpha, df), t, df
+
+
+def slot_worse(cand: list[Score], inc: list[Score], weights: dict[str, float],
+               alpha: float) -> tuple[bool, float, float]:
+    """Is the candidate significantly worse than the incumbent, slot-level, one-sided at ``alpha``?
+    (verdict, t of ``p_i - p_c``, df); fewer than two slots with decided requests a side is no evidence."""
+    t, df, _, _ = slot_t(inc, cand, weights)
     return t > t_quantile(1 - alpha, df), t, df
 
 

@@ -19,8 +19,12 @@ above nominal, ``tests/tuner/test_switchback.py``).
   so the guard's false-alarm rate is at most ``2 guard_alpha``. It compares only the trial's own slots
   (an offline arm is no longer held to its study score while the incumbent side is empty: live traffic
   inherits a queue the study never saw, and that check rolled back good arms for it).
-* verdict, once every slot has run and settled: superiority at ``alpha`` for a local step;
-  non-inferiority within ``noninferiority_margin`` for an offline arm. A side with fewer than
+* verdict, once every slot has run and settled: superiority at ``alpha`` for a local step (unexplored:
+  it must prove itself); for an offline study's arm (``arm_test``) either adopted unless significantly
+  worse than the incumbent at ``alpha`` or worse by more than ``guard_margin`` on the point estimate
+  (``unless_worse``, the default: the study is prior evidence for it, the trial only has to not
+  contradict it), or non-inferiority within ``noninferiority_margin``
+  (``noninferiority``: the trial must show it). A side with fewer than
   ``min_requests`` decided requests extends the trial once by as many slots again, then the trial is
   inconclusive and rejected.
 """
@@ -99,23 +103,41 @@ class TrialRunner:
             return
         self.objective["candidate"], self.objective["incumbent"] = cand.value, base.value
         self.counts["windows"] += 1
-        arm = tr.arm.startswith("arm:")
-        margin = cfg.noninferiority_margin if arm else 0.0
-        test = f"non-inferiority within {margin}" if arm else "superiority"
-        if cfg.test_unit == "slot":
-            sb, w = tr.sb, self.m.weights
-            ok, t, df = stats.slot_better(sb.slot_scores(CANDIDATE, self.m, now), sb.slot_scores(INCUMBENT, self.m, now),
-                                          w, cfg.alpha, margin)
-            z = t
-            test += f", slot-level t (df {df:.1f})"
-        else:
-            ok, z = stats.not_worse(cand, base, cfg.alpha, margin) if arm else stats.better(cand, base, cfg.alpha)
-            test += ", request-level z"
+        ok, test = self._verdict(now, cand, base, tr.arm.startswith("arm:"))
         why = (f"{cand.value:.4f} vs {base.value:.4f} over {cand.decided}/{base.decided} requests (switchback, "
-               f"{tr.sb.k} slots), {test} z {z:.2f} (one-sided alpha {cfg.alpha})"
+               f"{tr.sb.k} slots), {test} (one-sided alpha {cfg.alpha})"
                + (f"; the study's score {tr.expected:.4f}" if tr.expected is not None else ""))
         self._end_trial(now, "accept" if ok else "reject", why, write_back=not ok, gain=cand.value - base.value,
                         scores=(cand, base))
+
+    def _verdict(self, now: float, cand: Score, base: Score, arm: bool) -> tuple[bool, str]:
+        """Accept? and the test in words: superiority for a local step; for an offline arm ``arm_test``."""
+        cfg, sb, w = self.cfg, self.trial.sb, self.m.weights
+        unless_worse = arm and cfg.arm_test == "unless_worse"
+        margin = cfg.noninferiority_margin if arm else 0.0
+        slot = cfg.test_unit == "slot"
+        if slot:
+            cs, bs = sb.slot_scores(CANDIDATE, self.m, now), sb.slot_scores(INCUMBENT, self.m, now)
+            if unless_worse:
+                bad, z, df = stats.slot_worse(cs, bs, w, cfg.alpha)
+            else:
+                ok, z, df = stats.slot_better(cs, bs, w, cfg.alpha, margin)
+            unit = f"slot-level t (df {df:.1f})"
+        else:
+            if unless_worse:
+                bad, z = stats.worse(cand, base, cfg.alpha)
+            else:
+                ok, z = stats.not_worse(cand, base, cfg.alpha, margin) if arm else stats.better(cand, base, cfg.alpha)
+            unit = "request-level z"
+        if unless_worse:
+            # worse by more than the guard's margin on the point estimate is a contradiction too: with 4
+            # slots a side the test alone adopted arms 10 pp worse in half their trials (test_switchback)
+            far = cand.value < base.value - cfg.guard_margin
+            return not (bad or far), (f"study arm, adopted unless worse: {unit} of incumbent - arm {z:.2f}"
+                                      f"{' (significant)' if bad else ''}, point estimate {cand.value - base.value:+.4f}"
+                                      f" (rejected below -{cfg.guard_margin})")
+        test = f"non-inferiority within {margin}" if arm else "superiority"
+        return ok, f"{test}, {unit} {z:.2f}"
 
     def _guard(self, now: float, provisional: bool) -> str | None:
         """Why the guard fires now (``provisional``: running requests that met TTFT count as hits), or None."""

@@ -29,7 +29,7 @@ def test_jumps_to_the_phase_arm_and_keeps_it_when_it_is_better() -> None:
     assert "trial" in actions(ctl) and "accept" in actions(ctl), actions(ctl)
     assert ctl.incumbent["step_slo_share"] == pytest.approx(1.6)
     accepted = next(d for d in ctl.decisions if d.action == "accept")
-    assert "non-inferiority" in accepted.reason and "switchback" in accepted.reason
+    assert "adopted unless worse" in accepted.reason and "switchback" in accepted.reason
     # written through the writer: the accepted setting is in force from the verdict on
     assert [v["step_slo_share"] for t, v, _, _ in world.writes if t == accepted.t][-1] == pytest.approx(1.6)
 
