@@ -28,7 +28,13 @@ class HostCosts:
       batch);
     * ``wake_idle_s`` / ``wake_extra_s``: the first iteration after the engine sat idle (nothing live) costs
       more, the longer the idle time (on CPU: caches and the core go cold); measured points, interpolated
-      in log idle time, flat beyond the last point, nothing below the first.
+      in log idle time, flat beyond the last point, nothing below the first;
+    * ``host_kv``: the KV connector's own time, serial with the step (on CPU the copies are host work): a
+      step that parks victims ``park_call_s`` + ``park_block_s`` x their unsynced blocks, each request it
+      loads ``load_s`` + ``load_block_s`` x the blocks loaded, a step with eager syncs ``sync_call_s`` +
+      ``sync_block_s`` x the blocks. Measured from the plugin's worker (:mod:`superinfer.vllm.kvworker`).
+      Only operations that copy blocks cost (as measured). Where any is set (:attr:`prices_kv`) they
+      *replace* the cost model's copy pricing for the step.
     """
 
     step_s: float = 0.0
@@ -41,6 +47,12 @@ class HostCosts:
     waiting_s: float = 0.0
     wake_idle_s: tuple[float, ...] = ()
     wake_extra_s: tuple[float, ...] = ()
+    park_call_s: float = 0.0
+    park_block_s: float = 0.0
+    load_s: float = 0.0
+    load_block_s: float = 0.0
+    sync_call_s: float = 0.0
+    sync_block_s: float = 0.0
 
     def __post_init__(self) -> None:
         try:
@@ -61,6 +73,26 @@ class HostCosts:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"host costs: {name} must be a finite number >= 0 (seconds), got {v!r}")
+
+    @property
+    def prices_kv(self) -> bool:
+        """Whether the measured connector lines price this twin's copies (``host_kv``)."""
+        return any(v > 0 for v in (self.park_call_s, self.park_block_s, self.load_s, self.load_block_s,
+                                   self.sync_call_s, self.sync_block_s))
+
+    def kv_s(self, park_blocks: np.ndarray, load_blocks: np.ndarray, sync_blocks: int) -> float:
+        """The connector's time in one step that parks victims with ``park_blocks`` unsynced blocks each,
+        loads requests ``load_blocks`` blocks each, and syncs ``sync_blocks`` blocks (``host_kv``)."""
+        t = 0.0
+        parked = int(park_blocks.sum())
+        if parked > 0:
+            t += self.park_call_s + self.park_block_s * parked
+        loads = load_blocks[load_blocks > 0]
+        if loads.shape[0]:
+            t += self.load_s * loads.shape[0] + self.load_block_s * float(loads.sum())
+        if sync_blocks > 0:
+            t += self.sync_call_s + self.sync_block_s * sync_blocks
+        return t
 
     def wake_s(self, idle_s: float) -> float:
         """The extra time of the first iteration after ``idle_s`` seconds with nothing live."""

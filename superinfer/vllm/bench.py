@@ -133,6 +133,7 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
     ``out["probe_s"]`` holds what it returned (the host's speed at the time, ``bench fidelity``)."""
     from superinfer.core import Tenant, TenantTable
     from superinfer.sim.metrics import run_metrics
+    from superinfer.vllm import kvworker
     from superinfer.vllm.replay import ROTA_POLICIES, EngineSpec, open_engine, replay, scheduler_of, to_trace
 
     w, arr, prompt, output, prompts = _requests(o["workload"], o["arrival"], o["rps"], o["duration"], seed,
@@ -147,6 +148,7 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
                       max_model_len=o["max_model_len"], max_num_seqs=o["max_num_seqs"],
                       max_num_batched_tokens=o["max_num_batched_tokens"], params=params,
                       host_blocks=o["host_blocks"], load=o.get("load"), calibration=o.get("calibration"))
+    closed = len(kvworker.CLOSED)
     with open_engine(spec, workdir) as llm:
         stock = instrument_stock(scheduler_of(llm)) if policy not in ROTA_POLICIES else None
         probed = [probe(llm)] if probe is not None else []
@@ -172,6 +174,10 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
                           fallback_tokens=int(led.get("fallback_tokens", 0)))
             counters.update(rotations=engine["rotations"], recompute_fallbacks=engine["recompute_fallbacks"])
             engine["plan_sums"] = {k: int(sc.get(k, 0)) for k in PLAN_SUMS}
+    if len(kvworker.CLOSED) > closed:  # an in-process engine's KV worker: its connector cost sums
+        worker = kvworker.CLOSED[-1]
+        engine["kv_sums"] = {f"{kind}_{k}": int(worker.get(f"{kind}_{k}", 0))
+                             for kind in kvworker.KV_KINDS for k in ("n", "x", "xx", "ns", "ns_x")}
     tenants = TenantTable([Tenant("default", ttft_slo, tbt_slo)])
     n = arr.shape[0]
     trace = to_trace(r, np.zeros(n, np.int64), np.zeros(len(r.gaps), np.int64), counters,

@@ -53,9 +53,9 @@ def _calibration(o: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
 def _host_terms(o: dict[str, Any], policies: list[str], rates: list[float], slo: tuple[float, float],
                 workdir: Path) -> dict[str, dict[str, Any]]:
     """The host terms per policy (:mod:`superinfer.vllm.fidelity_host`): the step probes, and for the
-    plugin's policies the plan line from a probe replay of the workload at the highest rate, on a seed no
-    compared run uses."""
-    from superinfer.vllm.fidelity_host import measure_host_costs, plan_line
+    plugin's policies the plan line and the KV connector's lines (``host_kv``) from a probe replay of the
+    workload at the highest rate, on a seed no compared run uses."""
+    from superinfer.vllm.fidelity_host import kv_lines, measure_host_costs, plan_line
     from superinfer.vllm.replay import ROTA_POLICIES, EngineSpec
 
     spec = EngineSpec(model=o["model"], policy="vllm", block_size=o["block_size"], max_model_len=o["max_model_len"],
@@ -69,11 +69,13 @@ def _host_terms(o: dict[str, Any], policies: list[str], rates: list[float], slo:
         if policy not in ROTA_POLICIES:
             continue
         click.echo(f"{policy}: probe replay for the plan's cost ...", err=True)
-        sums = run_policy(policy, PLAN_PROBE_SEED, probe_o, slo, workdir)["engine_counters"].get("plan_sums", {})
+        counters = run_policy(policy, PLAN_PROBE_SEED, probe_o, slo, workdir)["engine_counters"]
+        sums, kv = counters.get("plan_sums", {}), counters.get("kv_sums", {})
         a, b = plan_line(sums)
-        host[policy]["host"] = replace(host[policy]["host"], plan_s=a, plan_per_live_s=b)
+        host[policy]["host"] = replace(host[policy]["host"], plan_s=a, plan_per_live_s=b, **kv_lines(kv))
         host[policy]["plan_probe"] = {"seed": PLAN_PROBE_SEED, "rps": probe_o["rps"], "duration_s": probe_o["duration"],
                                       **sums}
+        host[policy]["kv_probe"] = kv
     return host
 
 

@@ -88,20 +88,43 @@ def quiet_step_s(llm: Any, repeats: int = 3) -> float:
     return float(np.median([_median_step(llm) for _ in range(repeats)]))
 
 
-def plan_line(sums: dict[str, int]) -> tuple[float, float]:
-    """``(a, b)`` seconds of the least-squares line ``plan time = a + b * live requests`` from the plugin's
-    sums (``bench.PLAN_SUMS``); ``(0, 0)`` with no plan timed; ``b = 0`` when the live count never varied.
-    A negative slope is clipped to 0 (and ``a`` is then the mean)."""
-    n = sums.get("plan_timed", 0)
+def least_squares_line(n: float, sx: float, sxx: float, sy: float, sxy: float) -> tuple[float, float]:
+    """``(a, b)`` of the least-squares line ``y = a + b x`` from the sums of ``n`` points; ``(0, 0)`` with no
+    point; ``b = 0`` when ``x`` never varied. A negative slope is clipped to 0 (``a`` is then the mean), a
+    negative intercept to 0: both are costs."""
     if n <= 0:
         return 0.0, 0.0
-    sx, sxx, sy, sxy = (float(sums[k]) for k in ("plan_live", "plan_live_sq", "plan_ns", "plan_ns_x_live"))
     var = sxx - sx * sx / n
     b = (sxy - sx * sy / n) / var if var > 1e-9 * max(1.0, sxx) else 0.0
     if b < 0:
         b = 0.0
-    a = (sy - b * sx) / n
-    return max(0.0, a) * 1e-9, b * 1e-9
+    return max(0.0, (sy - b * sx) / n), b
+
+
+def plan_line(sums: dict[str, int]) -> tuple[float, float]:
+    """``(a, b)`` seconds of the line ``plan time = a + b * live requests`` from the plugin's sums
+    (``bench.PLAN_SUMS``), as :func:`least_squares_line`."""
+    n = sums.get("plan_timed", 0)
+    if n <= 0:
+        return 0.0, 0.0
+    a, b = least_squares_line(n, *(float(sums[k]) for k in ("plan_live", "plan_live_sq", "plan_ns", "plan_ns_x_live")))
+    return a * 1e-9, b * 1e-9
+
+
+#: the twin's ``host_kv`` fields per timed connector operation (``kvworker.KV_KINDS``): (fixed, per block)
+KV_FIELDS = {"park": ("park_call_s", "park_block_s"), "load": ("load_s", "load_block_s"),
+             "sync": ("sync_call_s", "sync_block_s")}
+
+
+def kv_lines(sums: dict[str, int]) -> dict[str, float]:
+    """The ``host_kv`` fields of :class:`~superinfer.sim.host.HostCosts` (seconds) from the KV worker's cost
+    sums (:mod:`superinfer.vllm.kvworker`): per operation, the least-squares line of its time in blocks.
+    An operation the probe never ran costs 0."""
+    out: dict[str, float] = {}
+    for kind, (fixed, per_block) in KV_FIELDS.items():
+        a, b = least_squares_line(*(float(sums.get(f"{kind}_{k}", 0)) for k in ("n", "x", "xx", "ns", "ns_x")))
+        out[fixed], out[per_block] = a * 1e-9, b * 1e-9
+    return out
 
 
 def _arrival_s(llm: Any, prompt_tokens: int) -> float:

@@ -3,8 +3,10 @@ its measured model terms (or some of them switched off), and score it against th
 
 The terms (docs/fidelity.md): the calibrated step (always), ``host_step``, ``host_plan``, ``host_waiting``,
 ``host_arrival``,
-``new_shape``, ``host_output``, ``host_wake`` (:class:`superinfer.sim.engine.HostCosts`), ``sync_transfers`` (the CPU connector copies
-within the step) and ``host_speed`` (the host's speed at the time of the run, from a probe run just before
+``new_shape``, ``host_output``, ``host_wake``, ``host_kv`` (:class:`superinfer.sim.host.HostCosts`; ``host_kv``, the
+connector's measured time per park, load and sync, replaces the copy pricing), ``sync_transfers`` (the CPU
+connector copies within the step, at the copy micro-benchmark's time per block; what the twin falls back to
+without ``host_kv``) and ``host_speed`` (the host's speed at the time of the run, from a probe run just before
 and after it, against what the calibrated step and host terms predict for the probe's step: the calibrated
 step, the host terms and the copy time are scaled by that ratio).
 """
@@ -19,7 +21,7 @@ import numpy as np
 
 #: the twin's model terms that ``--ablate`` can switch off (docs/fidelity.md)
 TERMS = ("host_step", "host_plan", "host_waiting", "host_arrival", "new_shape", "host_output", "host_wake",
-         "sync_transfers", "host_speed")
+         "host_kv", "sync_transfers", "host_speed")
 PCT_KEYS = ("ttft_p50", "ttft_p90", "tbt_p50", "tbt_p90")
 SIDE_KEYS = ("ttft_attainment", "tbt_attainment", "tbt_gap_attainment", "slo_attainment", "throughput_tok_s",
              "rotations", "preemptions", "finished", "arrived")
@@ -120,7 +122,8 @@ def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[flo
     params = Params(**knobs)
     zero = {"host_step": ("step_s",), "host_plan": ("plan_s", "plan_per_live_s"), "host_arrival": ("arrival_s",),
             "new_shape": ("new_shape_s",), "host_output": ("output_s", "output_per_seq_s"),
-            "host_waiting": ("waiting_s",)}
+            "host_waiting": ("waiting_s",),
+            "host_kv": ("park_call_s", "park_block_s", "load_s", "load_block_s", "sync_call_s", "sync_block_s")}
     for term, fields in zero.items():
         if term in off:
             host = replace(host, **{f: 0.0 for f in fields})

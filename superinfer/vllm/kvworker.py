@@ -14,12 +14,18 @@ Per step, in vLLM's order (see docs/vllm-notes.md):
 Invariant: the host pool changes only in the order the scheduler-side ledger assumed (free, then
 allocate), so :class:`superinfer.duplexkv.HostPoolFull` here means the mirror broke; it is logged,
 counted and reported, never ignored.
+
+Cost sums (``stats``, :data:`KV_KINDS`): each park (one call per step, all of its victims), each load (one
+per request) and each eager sync (one call per step) adds its wall time in the hook (submit and, where the
+step waits, the wait) against the blocks it copied (operations that copied nothing are not timed), as the sums of a least-squares line ``ns = a + b * blocks``
+(``{kind}_n``, ``_x``, ``_xx``, ``_ns``, ``_ns_x``): the twin's ``host_kv`` term (docs/fidelity.md).
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import time
 from typing import Any
 
 import torch
@@ -32,6 +38,9 @@ log = logging.getLogger(__name__)
 #: final state of every worker closed in this process (pool free/capacity, counters), for inspection by
 #: tests and benchmarks of in-process engines; never read by the connector itself.
 CLOSED: list[dict[str, Any]] = []
+
+#: the connector's timed operations (module docstring)
+KV_KINDS = ("park", "load", "sync")
 
 
 def storage_layout(kv_caches: dict[str, torch.Tensor]) -> KVLayout:
@@ -105,6 +114,7 @@ class KVWorker:
                 eng.free_request(rid)
             self.stats["dropped"] += len(meta.drops)
         if meta.swap_outs:
+            t0 = time.perf_counter_ns()
             plan = TransferPlan()
             for rid, blocks, full in meta.swap_outs:
                 plan.swap_out(rid, blocks, full)
@@ -126,12 +136,14 @@ class KVWorker:
                 eng.take_released()
                 self.stats["parked"] += len(meta.swap_outs)
                 self.stats["d2h_bytes"] += ticket.bytes_d2h
+                self._time("park", ticket.bytes_d2h, t0)
 
     def start_load(self, meta: DuplexKVMeta) -> None:
         if not meta.loads:
             return
         eng = self._engine()
         for rid, blocks, is_async in meta.loads:
+            t0 = time.perf_counter_ns()
             try:
                 ticket = eng.submit(TransferPlan().swap_in(rid, blocks))
             except DuplexKVError as exc:
@@ -151,10 +163,12 @@ class KVWorker:
                 self._loading[rid] = ticket
             else:
                 self._wait(ticket)
+            self._time("load", ticket.bytes_h2d, t0)
 
     def save(self, meta: DuplexKVMeta) -> None:
         if not meta.syncs:
             return
+        t0 = time.perf_counter_ns()
         plan = TransferPlan()
         for rid, index, dev in meta.syncs:
             plan.sync(rid, index, dev)
@@ -168,6 +182,7 @@ class KVWorker:
             return
         self.stats["synced_blocks"] += len(meta.syncs)
         self._syncs.append((meta.step, ticket, frozenset(rid for rid, _, _ in meta.syncs)))
+        self._time("sync", ticket.bytes_d2h, t0)
 
     def get_finished(self) -> tuple[set[str] | None, set[str] | None]:
         for rid, ticket in list(self._loading.items()):
@@ -213,6 +228,19 @@ class KVWorker:
             self.engine = None
 
     # -- helpers -----------------------------------------------------------------------------------
+    def _time(self, kind: str, nbytes: int, t0_ns: int) -> None:
+        """Add one timed operation that copied ``nbytes`` to the ``kind`` sums (module docstring)."""
+        ns = time.perf_counter_ns() - t0_ns
+        blocks = nbytes // self._engine().layout.block_bytes
+        if blocks <= 0:
+            return  # nothing copied: bookkeeping only, not the connector's copy cost
+        st = self.stats
+        st[kind + "_n"] += 1
+        st[kind + "_x"] += blocks
+        st[kind + "_xx"] += blocks * blocks
+        st[kind + "_ns"] += ns
+        st[kind + "_ns_x"] += ns * blocks
+
     def _engine(self) -> DuplexKVEngine:
         if self.engine is None:
             raise RuntimeError("DuplexKVConnector: register_kv_caches was not called before the first step")

@@ -189,3 +189,41 @@ def test_the_speed_factor_is_the_probes_over_what_the_terms_predict_for_the_prob
     assert ref == pytest.approx(COEF.iteration_s(0, 0.0, 2, 800) + 1e-4 + 5e-5 + 2e-5)
     assert speed_factor([1.1 * ref, 1.3 * ref], ref) == pytest.approx(1.2)
     assert speed_factor([], ref) == 1.0
+
+
+KV = HostCosts(park_call_s=2e-4, park_block_s=2e-5, load_s=1e-4, load_block_s=1.5e-5, sync_call_s=1.6e-4,
+               sync_block_s=1e-5)
+
+
+def test_the_kv_term_charges_each_operation_that_copies_a_fixed_and_a_per_block_cost():
+    none = np.zeros(0, np.int64)
+    assert not HostCosts().prices_kv and KV.prices_kv
+    assert KV.kv_s(none, none, 0) == 0.0
+    assert KV.kv_s(np.array([0, 0]), np.array([0]), 0) == 0.0, "operations that copy nothing cost nothing"
+    assert KV.kv_s(np.array([1, 2]), none, 0) == pytest.approx(2e-4 + 3 * 2e-5), "one park for all victims"
+    assert KV.kv_s(none, np.array([4, 0, 2]), 0) == pytest.approx(2 * 1e-4 + 6 * 1.5e-5), "one load per request"
+    assert KV.kv_s(none, none, 5) == pytest.approx(1.6e-4 + 5 * 1e-5)
+
+
+def test_with_measured_kv_lines_every_step_costs_its_compute_plus_the_connectors_time():
+    """``lvf-paper`` time-slicing six requests through 12 blocks parks, loads and syncs: each iteration's
+    wall time is its compute plus the connector's lines for what it copied, not the cost model's copies."""
+    sim = twin("lvf-paper", [0.0] * 6, [100] * 6, [60] * 6, KV, hbm_blocks=12)
+    rows = []
+    step = sim.step
+
+    def watched(now):
+        res = step(now)
+        p = res.plan
+        parks = p.victim_d2h[p.victim_d2h > 0]
+        kv = KV.kv_s(parks, p.swap_blocks, len(res.moves.sync))
+        rows.append((res.t_end - res.t_start, res.price.compute_s + kv, res.price.step_s - res.price.compute_s,
+                     parks.sum(), p.swap_blocks.sum(), len(res.moves.sync)))
+        return res
+
+    sim.step = watched
+    sim.run()
+    wall, expected, copies, parked, loaded, synced = np.array(rows).T
+    assert wall == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert (parked > 0).any() and (loaded > 0).any() and (synced > 0).any(), "the run copies all three ways"
+    assert (copies > 0).any(), "the cost model would have priced copies these steps"

@@ -68,6 +68,8 @@ def test_the_json_has_both_sides_and_the_error_for_every_run(fidelity: dict) -> 
     assert len(wake["wake_idle_s"]) == len(wake["wake_extra_s"]) == 5 and min(wake["wake_extra_s"]) >= 0
     probe = fidelity["host_terms"]["lvf"]["plan_probe"]
     assert probe["plan_timed"] > 0 and fidelity["host_terms"]["lvf"]["plan_s"] > 0, "the plugin timed its plans"
+    kv, lvf = fidelity["host_terms"]["lvf"]["kv_probe"], fidelity["host_terms"]["lvf"]
+    assert kv["sync_n"] > 0 and lvf["sync_call_s"] + lvf["sync_block_s"] > 0, "the connector timed its eager syncs"
     assert fidelity["_plots"] == ["fidelity_cdf_lvf_r3.png", "fidelity_cdf_vllm_r3.png"]
     assert "winner real" in fidelity["_stdout"]
 
