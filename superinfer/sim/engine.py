@@ -67,6 +67,7 @@ class SimConfig:
     sjf_noise: float = 0.0  # log-normal sigma of the sjf oracle's predictions (0 = exact oracle)
     seed: int = 0
     host: HostCosts = field(default_factory=HostCosts)  # engine-host terms (docs/fidelity.md)
+    shapes_run: frozenset[int] = frozenset()  # batch sizes in tokens the engine ran before (HostCosts.new_shape_s)
 
     def __post_init__(self) -> None:
         if self.policy not in SIM_POLICIES:
@@ -167,7 +168,7 @@ class Simulator:
         self._tightest_tbt = float(cfg.tenants.tbt_slo.min())
         self.state = EngineState(self.hbm_blocks, self.dram_blocks, cm.block_size, grow=max(1024, len(workload)))
         self.max_h2d = self.max_d2h = self.max_used = 0
-        self._shapes: set[int] = set()  # batch sizes in tokens run so far (HostCosts.new_shape_s)
+        self._shapes: set[int] = set(cfg.shapes_run)  # batch sizes in tokens run so far (HostCosts.new_shape_s)
         self._idle_s = 0.0  # how long the engine sat idle before the next iteration (HostCosts.wake_*)
         n = len(workload)
         rng = np.random.default_rng(cfg.seed + 7919)

@@ -106,6 +106,7 @@ def _engine_runs(o: dict[str, Any], rates: list[float], policies: list[str], slo
                  host: dict[str, dict[str, Any]], workdir: Path) -> list[dict[str, Any]]:
     """Every real run, each with the speed probes around it; the rows carry the real side and its CDFs."""
     from superinfer.vllm.fidelity_host import probe_fits, quiet_step_s
+    from superinfer.vllm.replay import SHAPES_RUN
 
     probe = quiet_step_s if probe_fits(o["num_blocks"], o["block_size"], o["max_model_len"]) else None
     rows = []
@@ -116,12 +117,14 @@ def _engine_runs(o: dict[str, Any], rates: list[float], policies: list[str], slo
                 policy = policies[(k + seed) % len(policies)]
                 click.echo(f"rps {rps:g} seed {seed} {policy}: real engine ...", err=True)
                 traces: dict[tuple[str, int], Any] = {}
+                shapes = np.fromiter(SHAPES_RUN, np.int64, len(SHAPES_RUN))  # what this process ran before
                 real_m = run_policy(policy, seed, ro, slo, workdir, traces=traces, probe=probe)
                 tr = traces[(policy, seed)]
                 q = quantiles(tr)
                 probes = real_m.get("probe_s", [])
                 rows.append({"policy": policy, "rps": rps, "seed": seed, "real": side(real_m, q), "probe_s": probes,
-                             "_cdf": q["_cdf"], "_requests": {k: getattr(tr, k) for k in REQUEST_FIELDS}})
+                             "_cdf": q["_cdf"],
+                             "_requests": {**{k: getattr(tr, k) for k in REQUEST_FIELDS}, "shapes_before": shapes}})
     return rows
 
 
@@ -154,15 +157,19 @@ def _save_real(path: Path, cdfs: dict[tuple[str, float], Any], requests: dict[tu
     np.savez_compressed(path, **arrays)
 
 
-def _load_cdfs(path: Path) -> dict[tuple[str, float], dict[str, np.ndarray]]:
-    out: dict[tuple[str, float], dict[str, np.ndarray]] = {}
+def _load_real(path: Path) -> tuple[dict[tuple[str, float], dict[str, np.ndarray]], dict[tuple, dict[str, np.ndarray]]]:
+    """What :func:`_save_real` wrote: seed 0's CDFs per point, and every run's arrays per (policy, rps, seed)."""
+    cdfs: dict[tuple[str, float], dict[str, np.ndarray]] = {}
+    runs: dict[tuple, dict[str, np.ndarray]] = {}
     if path.exists():
         with np.load(path) as z:
             for key in z.files:
                 parts = key.split("|")
-                if len(parts) == 3:  # a CDF of seed 0 (per-request arrays have four parts)
-                    out.setdefault((parts[0], float(parts[1])), {})[parts[2]] = z[key]
-    return out
+                if len(parts) == 3:  # a CDF of seed 0
+                    cdfs.setdefault((parts[0], float(parts[1])), {})[parts[2]] = z[key]
+                elif len(parts) == 4:  # one run's per-request outcomes (and the shapes run before it)
+                    runs.setdefault((parts[0], float(parts[1]), int(parts[2])), {})[parts[3]] = z[key]
+    return cdfs, runs
 
 
 def _cdf_path(json_path: str) -> Path:
@@ -183,10 +190,12 @@ def _rescore(path: str, ablate: bool) -> tuple[dict[str, Any], dict[str, Any], l
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise click.BadParameter(f"{path}: not a bench fidelity JSON with engine runs ({exc!r})",
                                  param_hint="--rescore") from None
-    real_cdfs = _load_cdfs(_cdf_path(path))
+    real_cdfs, real_runs = _load_real(_cdf_path(path))
     for r in rows:
         if r["seed"] == 0 and (r["policy"], r["rps"]) in real_cdfs:
             r["_cdf"] = real_cdfs[(r["policy"], r["rps"])]
+        if (r["policy"], r["rps"], r["seed"]) in real_runs:
+            r["_requests"] = real_runs[(r["policy"], r["rps"], r["seed"])]
     return old, o, rows
 
 

@@ -3,7 +3,8 @@ its measured model terms (or some of them switched off), and score it against th
 
 The terms (docs/fidelity.md): the calibrated step (always), ``host_step``, ``host_plan``, ``host_waiting``,
 ``host_arrival``,
-``new_shape``, ``host_output``, ``host_wake``, ``host_kv`` (:class:`superinfer.sim.host.HostCosts`; ``host_kv``, the
+``new_shape`` (with ``shape_history``: not for the shapes the engine's process ran before the run),
+``host_output``, ``host_wake``, ``host_kv`` (:class:`superinfer.sim.host.HostCosts`; ``host_kv``, the
 connector's measured time per park, load and sync, replaces the copy pricing), ``sync_transfers`` (the CPU
 connector copies within the step, at the copy micro-benchmark's time per block; what the twin falls back to
 without ``host_kv``) and ``host_speed`` (the host's speed at the time of the run, from a probe run just before
@@ -20,8 +21,8 @@ from typing import Any
 import numpy as np
 
 #: the twin's model terms that ``--ablate`` can switch off (docs/fidelity.md)
-TERMS = ("host_step", "host_plan", "host_waiting", "host_arrival", "new_shape", "host_output", "host_wake",
-         "host_kv", "sync_transfers", "host_speed")
+TERMS = ("host_step", "host_plan", "host_waiting", "host_arrival", "new_shape", "shape_history", "host_output",
+         "host_wake", "host_kv", "sync_transfers", "host_speed")
 PCT_KEYS = ("ttft_p50", "ttft_p90", "tbt_p50", "tbt_p90")
 SIDE_KEYS = ("ttft_attainment", "tbt_attainment", "tbt_gap_attainment", "slo_attainment", "throughput_tok_s",
              "rotations", "preemptions", "finished", "arrived")
@@ -108,8 +109,10 @@ def scaled(cal: Any, host: Any, factor: float) -> tuple[Any, Any]:
 
 
 def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[float, float], cal: Any,
-             host: Any, seed: int, off: tuple[str, ...] = (), speed: float = 1.0) -> tuple[dict[str, Any], Any]:
-    """The twin on the engine's requests and settings; ``off`` names :data:`TERMS` left out."""
+             host: Any, seed: int, off: tuple[str, ...] = (), speed: float = 1.0,
+             shapes_before: Any = ()) -> tuple[dict[str, Any], Any]:
+    """The twin on the engine's requests and settings; ``off`` names :data:`TERMS` left out;
+    ``shapes_before``: the batch sizes in tokens the engine's process ran before this run (``shape_history``)."""
     from superinfer.core import Params, Tenant, TenantTable
     from superinfer.sim.engine import SimConfig, Simulator
     from superinfer.sim.metrics import run_metrics
@@ -133,7 +136,8 @@ def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[flo
     cm = cost_model(o["block_size"], cal, overlap="sync_transfers" in off)
     cfg = SimConfig(policy=policy, max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=o["max_num_batched_tokens"],
                     b_xfer=o["b_xfer"], params=params, tenants=tenants, hbm_blocks=o["num_blocks"] - 1,
-                    dram_blocks=o["host_blocks"], drain_s=o["drain"], seed=seed, host=host)
+                    dram_blocks=o["host_blocks"], drain_s=o["drain"], seed=seed, host=host,
+                    shapes_run=frozenset() if "shape_history" in off else frozenset(int(n) for n in shapes_before))
     tr = Simulator(w, cm, cfg).run()
     return run_metrics(tr, tenants, duration), tr
 
@@ -160,8 +164,9 @@ def score(row: dict[str, Any], requests: tuple, o: dict[str, Any], slo: tuple[fl
     ``row["ablation"]``; returns the full twin's CDF arrays."""
     twin_o = o if o.get("calibration") else {**o, "step_slo_share": 0.0}  # the plugin had no fit
     cdf = None
+    shapes = row.get("_requests", {}).get("shapes_before", ())
     for name, off in variants(ablate):
-        tm, tr = twin_run(requests, twin_o, row["policy"], slo, cal, host, row["seed"], off, speed)
+        tm, tr = twin_run(requests, twin_o, row["policy"], slo, cal, host, row["seed"], off, speed, shapes)
         tq = quantiles(tr)
         s = side(tm, tq)
         if name == "all":

@@ -34,6 +34,11 @@ ENGINE_ENV: dict[str, str] = {
 ENGINE_POLICIES = ("vllm", "vllm-priority", "lvf-paper", "lvf")
 ROTA_POLICIES = ("lvf-paper", "lvf")  # RotaScheduler + DuplexKVConnector, core policy of that name
 
+#: every batch size in tokens that an engine of this process has run (insertion-ordered). On CPU the kernels
+#: are set up once per shape per *process* (a second engine in the same process runs a shape the first one
+#: ran at the warm cost; measured, docs/fidelity.md), so the twin's ``new_shape`` term starts a run from it.
+SHAPES_RUN: dict[int, None] = {}
+
 
 @dataclass
 class EngineSpec:
@@ -103,7 +108,20 @@ def open_engine(spec: EngineSpec, workdir: Path) -> Iterator[Any]:
                                enforce_eager=True, max_num_seqs=spec.max_num_seqs,
                                max_num_batched_tokens=spec.max_num_batched_tokens, disable_log_stats=False,
                                **kwargs)) as llm:
+        _record_shapes(llm)
         yield llm
+
+
+def _record_shapes(llm: Any) -> None:
+    """Add every step's batch size in tokens to :data:`SHAPES_RUN` (the in-process engine core's executor)."""
+    executor = llm.llm_engine.engine_core.engine_core.model_executor
+    inner = executor.execute_model
+
+    def execute_model(scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        SHAPES_RUN[int(scheduler_output.total_num_scheduled_tokens)] = None
+        return inner(scheduler_output, *args, **kwargs)
+
+    executor.execute_model = execute_model
 
 
 def scheduler_of(llm: Any) -> Any:

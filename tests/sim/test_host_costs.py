@@ -31,14 +31,14 @@ def calibration() -> Calibration:
 
 
 def twin(policy: str, arrivals: list[float], prompts: list[int], outputs: list[int], host: HostCosts,
-         hbm_blocks: int = 31) -> Simulator:
+         hbm_blocks: int = 31, shapes_run: frozenset[int] = frozenset()) -> Simulator:
     """The fidelity twin's setting: the tiny engine's calibration, 32-token blocks, a loose SLO."""
     w = Workload.from_arrays(np.array(arrivals), np.array(prompts), np.array(outputs), duration_s=max(arrivals) + 1,
                              source="test")
     cm = CostModel(get_model("llama-3-8b"), get_hardware("gh200"), 32, calibration())
     cfg = SimConfig(policy=policy, max_num_seqs=64, max_num_batched_tokens=2048, b_xfer=64,
                     params=Params(step_slo_share=0.0), tenants=TenantTable([Tenant("default", 1.0, 0.1)]),
-                    hbm_blocks=hbm_blocks, dram_blocks=4096, drain_s=120.0, host=host)
+                    hbm_blocks=hbm_blocks, dram_blocks=4096, drain_s=120.0, host=host, shapes_run=shapes_run)
     return Simulator(w, cm, cfg)
 
 
@@ -227,3 +227,33 @@ def test_with_measured_kv_lines_every_step_costs_its_compute_plus_the_connectors
     assert wall == pytest.approx(expected, rel=1e-9, abs=1e-12)
     assert (parked > 0).any() and (loaded > 0).any() and (synced > 0).any(), "the run copies all three ways"
     assert (copies > 0).any(), "the cost model would have priced copies these steps"
+
+
+def batch_sizes(sim: Simulator) -> list[int]:
+    """Run ``sim``; every iteration's batch size in tokens."""
+    sizes = []
+    step = sim.step
+
+    def watched(now):
+        res = step(now)
+        sizes.append(int(res.plan.sched_tokens.sum()))
+        return res
+
+    sim.step = watched
+    sim.run()
+    return sizes
+
+
+def test_a_new_batch_size_costs_the_shape_term_once_unless_the_process_ran_it_before():
+    """Three requests that finish apart: one prefill of all three, then decode batches of 3, 2 and 1. The term
+    is charged once per size the run has not seen; sizes the engine's process ran before (``shapes_run``) are
+    warm."""
+    args = ("vllm", [0.0, 0.0, 0.0], [100, 60, 30], [10, 20, 30])
+    sizes = batch_sizes(twin(*args, HostCosts()))
+    base, n = end_and_iterations(twin(*args, HostCosts()))
+    cold, _ = end_and_iterations(twin(*args, HostCosts(new_shape_s=1e-3)))
+    assert set(sizes) == {190, 3, 2, 1} and len(sizes) == n
+    assert cold - base == pytest.approx(len(set(sizes)) * 1e-3, rel=1e-9)
+    some = frozenset(sorted(set(sizes))[:2])
+    warm, _ = end_and_iterations(twin(*args, HostCosts(new_shape_s=1e-3), shapes_run=some))
+    assert warm - base == pytest.approx((len(set(sizes)) - 2) * 1e-3, rel=1e-9)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from superinfer.vllm.fidelity_twin import LEFT_OUT, TERMS
@@ -71,6 +72,10 @@ def test_the_json_has_both_sides_and_the_error_for_every_run(fidelity: dict) -> 
     kv, lvf = fidelity["host_terms"]["lvf"]["kv_probe"], fidelity["host_terms"]["lvf"]
     assert kv["sync_n"] > 0 and lvf["sync_call_s"] + lvf["sync_block_s"] > 0, "the connector timed its eager syncs"
     assert fidelity["_plots"] == ["fidelity_cdf_lvf_r3.png", "fidelity_cdf_vllm_r3.png"]
+    with np.load(fidelity["_path"].with_suffix(".cdf.npz")) as z:
+        first, second = (z[f"{p}|3.0|0|shapes_before"] for p in ("vllm", "lvf"))
+    assert first.size > 10, "the calibration and the probes ran batch sizes before the first run"
+    assert set(first) < set(second), "the second run starts from every size the process ran before it"
     assert "winner real" in fidelity["_stdout"]
 
 
