@@ -164,8 +164,11 @@ class Controller(OperatorControls, TrafficTracking, TrialRunner):
     def _choose(self, now: float) -> None:
         arms = ["local"]
         targets: dict[str, dict[str, float]] = {}
-        candidates = [("robust", self.arms.robust)] + ([(self.phase, self.arms.phases[self.phase])]
-                                                      if self.phase in self.arms.phases else [])
+        # in a named phase the study's arm for it is never below the robust arm there (the robust trial is
+        # feasible in every phase, so it competed for the phase's arm): offering both only re-tests what
+        # the study ranked; the robust arm is for traffic the arms file does not name
+        candidates = [(self.phase, self.arms.phases[self.phase])] if self.phase in self.arms.phases else \
+            [("robust", self.arms.robust)]
         for name, arm in candidates:
             if arm is None:
                 continue

@@ -75,7 +75,7 @@ def test_description(c: Controller) -> dict[str, Any]:
     return {
         "design": f"switchback: {cfg.switch_slots} slots of {cfg.switch_s:g} s alternating candidate and incumbent "
                   f"(Thue-Morse order), the first {cfg.switch_warmup_s:g} s of each not counted",
-        "accept": (f"one-sided slot-level t-test (slots as units, cluster-robust variance, Welch df) of the "
+        "accept": ("one-sided slot-level t-test (slots as units, cluster-robust variance, Welch df) of the "
                    if cfg.test_unit == "slot" else "one-sided two-proportion z-test (Wald, Kish effective n) of the ")
                   + "candidate's slots against the incumbent's: superiority for local steps; offline arms "
                   + (f"adopted unless significantly worse or more than {cfg.guard_margin} worse on the point estimate"

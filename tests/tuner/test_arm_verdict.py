@@ -69,3 +69,25 @@ def test_arm_test_is_validated_with_a_message() -> None:
     with pytest.raises(TunerConfigError, match="arm_test: expected one of unless_worse, noninferiority"):
         TunerConfig(arm_test="lenient")
     assert START["step_slo_share"] != ARM_SHARE
+
+
+def robust_trials(features: dict) -> tuple[int, int]:
+    """(trials of the robust arm, trials of the phase's arm) in 10 minutes of a world where nothing
+    matters, with an arms file whose phase (``features``) may or may not match the traffic."""
+    world = World(lambda p, ph: 0.9, rate=RATE)
+    arms = arms_for(features, robust={"step_slo_share": 1.2}, step_slo_share=ARM_SHARE)
+    ctl = make(world, arms, explore_threshold=0.0)
+    world.run(ctl, 0.0, 600.0)
+    trials = [d.reason for d in ctl.decisions if d.action == "trial"]
+    return sum(r.startswith("arm:robust") for r in trials), sum(r.startswith("arm:a") for r in trials)
+
+
+def test_the_robust_arm_is_offered_only_where_no_phase_is_named() -> None:
+    """In a named phase the study's arm for it is at least as good there as the robust one (the robust
+    trial competed for it): the robust arm is not re-tested. In traffic the arms file does not name, it
+    is the study's candidate."""
+    robust, phase = robust_trials(FEATURES)
+    assert robust == 0 and phase >= 1, (robust, phase)
+    far = {**FEATURES, "log_prompt": math.log(20000)}  # prompts 20x longer than the traffic's: unknown
+    robust, phase = robust_trials(far)
+    assert robust >= 1 and phase == 0, (robust, phase)
