@@ -149,7 +149,12 @@ class Walk:
         for c, vlt_c, dram, computed, todo in _candidates(self.ctx, spec, rows):
             if w.seqs >= w.max_seqs or (self.ranked and vlt_c <= self.floor):
                 return None
-            if dram > 0:  # a swap-in: reserve all its blocks, copy what the link allows now
+            if dram > 0 and w.sync_loads and w.h2d >= dram and w.tokens > 0:
+                # loaded whole before this iteration's compute, which it joins (Capacity.sync_loads); one
+                # that the link or the tokens cannot take whole this iteration loads as below
+                tokens = min(todo, w.tokens)
+                need, h2d = max(dram, (computed + tokens + w.bs - 1) // w.bs), dram
+            elif dram > 0:  # a swap-in: reserve all its blocks, copy what the link allows now
                 if w.h2d == 0:
                     return "link"
                 tokens, need, h2d = 0, dram, min(dram, w.h2d)

@@ -151,7 +151,7 @@ class EngineState(RequestTable):
         self._retire(req_id)
 
     # ---- planning inputs ---------------------------------------------------------------------
-    def capacity(self, b_xfer: int, token_budget: int, max_num_seqs: int) -> Capacity:
+    def capacity(self, b_xfer: int, token_budget: int, max_num_seqs: int, sync_loads: bool = False) -> Capacity:
         return Capacity(
             hbm_blocks=self.ledger.hbm.num_blocks,
             free_blocks=self.ledger.hbm.free,
@@ -160,6 +160,7 @@ class EngineState(RequestTable):
             max_num_seqs=max_num_seqs,
             block_size=self.block_size,
             dram_free_blocks=self.ledger.dram.free,
+            sync_loads=sync_loads,
         )
 
     # ---- applying a plan ---------------------------------------------------------------------
@@ -189,6 +190,7 @@ class EngineState(RequestTable):
             c.preemptions += 1
             if self.blocks_dram[r] > 0:
                 c.rotations += 1
+        computing = set(plan.sched_ids.tolist()) if plan.swap_ids.shape[0] else set()
         for rid, n in zip(plan.swap_ids.tolist(), plan.swap_blocks.tolist()):
             r = row[rid]
             if self.blocks_hbm[r] == 0:  # a new swap-in: reserve all its blocks now
@@ -200,11 +202,17 @@ class EngineState(RequestTable):
                 moves.swap_in.extend(led.continue_swap_in(rid, done, n))
                 self.h2d_pending[r] -= n
             self._sync_counts(r)
+            if rid in computing:  # a synchronous load (Capacity.sync_loads): whole before this compute
+                led.complete_swap_in(rid)
+                self._sync_counts(r)
+                self.joined(r, now, swapped_in=True)
         swapping = set(plan.swap_ids.tolist())
         for rid, n in zip(plan.alloc_ids.tolist(), plan.alloc_blocks.tolist()):
-            if rid in swapping:
-                continue  # the swap-in reservation was made above
             r = row[rid]
+            if rid in swapping:
+                n -= int(self.blocks_hbm[r])  # the swap-in reserved its host blocks above
+                if n <= 0:
+                    continue  # a synchronous load that computes may grow past them
             led.grow(rid, n)
             self.blocks_hbm[r] += n
         if plan.sched_ids.shape[0]:

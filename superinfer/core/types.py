@@ -166,7 +166,13 @@ INTEGER_PARAMS: tuple[str, ...] = tuple(k for k, v in PARAM_DEFAULTS.items() if 
 
 @dataclass(frozen=True)
 class Capacity:
-    """Per-iteration resources. ``b_xfer`` is blocks per iteration per direction (design §4)."""
+    """Per-iteration resources. ``b_xfer`` is blocks per iteration per direction (design §4).
+
+    ``sync_loads``: the engine loads a parked request whole before the iteration's compute and the request
+    computes in that same iteration (vLLM with a KV connector whose loads are synchronous: the plugin on
+    CPU): a swap-in whose whole copy fits in what is left of ``b_xfer`` and that gets a token is scheduled
+    in the iteration of its copy, with blocks for what it computes. Otherwise (and always by default:
+    asynchronous loads) it computes in the iteration after its copy completes."""
 
     hbm_blocks: int
     free_blocks: int
@@ -175,9 +181,14 @@ class Capacity:
     max_num_seqs: int
     block_size: int
     dram_free_blocks: int = 0
+    sync_loads: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.sync_loads, (bool, np.bool_)):
+            raise ValueError(f"capacity: sync_loads must be a bool, got {self.sync_loads!r}")
         for f in fields(self):
+            if f.name == "sync_loads":
+                continue
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise ValueError(f"capacity: {f.name} must be an integer, got {value!r}")

@@ -26,6 +26,7 @@ class Work:
         self.h2d = cap.b_xfer
         self.d2h = cap.b_xfer
         self.dram = cap.dram_free_blocks
+        self.sync_loads = bool(cap.sync_loads)
         # The row sets every step works on, computed once (each is one pass over all rows).
         running = snap.phase == RUNNING
         idle = ~snap.busy

@@ -68,6 +68,7 @@ class SimConfig:
     seed: int = 0
     host: HostCosts = field(default_factory=HostCosts)  # engine-host terms (docs/fidelity.md)
     shapes_run: frozenset[int] = frozenset()  # batch sizes in tokens the engine ran before (HostCosts.new_shape_s)
+    sync_loads: bool = False  # a swap-in loads whole and computes in its own iteration (core Capacity.sync_loads)
 
     def __post_init__(self) -> None:
         if self.policy not in SIM_POLICIES:
@@ -211,7 +212,7 @@ class Simulator:
     def step(self, now: float) -> StepResult:
         """Run one iteration starting at ``now``: plan, move blocks, price, complete copies, sample."""
         st, cm, cfg = self.state, self.cm, self.cfg
-        cap = st.capacity(self.b_xfer, self.token_budget(), cfg.max_num_seqs)
+        cap = st.capacity(self.b_xfer, self.token_budget(), cfg.max_num_seqs, cfg.sync_loads)
         snap = st.snapshot()
         t0 = time.perf_counter()
         plan = self.policy.plan(snap, cap, cfg.params, cfg.tenants, now, validate=False)

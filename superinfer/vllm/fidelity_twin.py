@@ -5,7 +5,9 @@ The terms (docs/fidelity.md): the calibrated step (always), ``host_step``, ``hos
 ``host_arrival``,
 ``new_shape`` (with ``shape_history``: not for the shapes the engine's process ran before the run),
 ``host_output``, ``host_wake``, ``host_kv`` (:class:`superinfer.sim.host.HostCosts`; ``host_kv``, the
-connector's measured time per park, load and sync, replaces the copy pricing), ``sync_transfers`` (the CPU
+connector's measured time per park, load and sync, replaces the copy pricing), ``sync_resume`` (the plugin on
+CPU loads a parked request synchronously and vLLM runs it in the same step: core ``Capacity.sync_loads``),
+``sync_transfers`` (the CPU
 connector copies within the step, at the copy micro-benchmark's time per block; what the twin falls back to
 without ``host_kv``) and ``host_speed`` (the host's speed at the time of the run, from a probe run just before
 and after it, against what the calibrated step and host terms predict for the probe's step: the calibrated
@@ -22,7 +24,7 @@ import numpy as np
 
 #: the twin's model terms that ``--ablate`` can switch off (docs/fidelity.md)
 TERMS = ("host_step", "host_plan", "host_waiting", "host_arrival", "new_shape", "shape_history", "host_output",
-         "host_wake", "host_kv", "sync_transfers", "host_speed")
+         "host_wake", "host_kv", "sync_resume", "sync_transfers", "host_speed")
 PCT_KEYS = ("ttft_p50", "ttft_p90", "tbt_p50", "tbt_p90")
 SIDE_KEYS = ("ttft_attainment", "tbt_attainment", "tbt_gap_attainment", "slo_attainment", "throughput_tok_s",
              "rotations", "preemptions", "finished", "arrived")
@@ -117,6 +119,7 @@ def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[flo
     from superinfer.sim.engine import SimConfig, Simulator
     from superinfer.sim.metrics import run_metrics
     from superinfer.sim.workload import Workload
+    from superinfer.vllm.replay import ROTA_POLICIES
 
     arr, prompt, output, duration = trace_arrays
     w = Workload.from_arrays(arr, prompt, output, duration_s=duration, source="bench fidelity")
@@ -137,7 +140,8 @@ def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[flo
     cfg = SimConfig(policy=policy, max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=o["max_num_batched_tokens"],
                     b_xfer=o["b_xfer"], params=params, tenants=tenants, hbm_blocks=o["num_blocks"] - 1,
                     dram_blocks=o["host_blocks"], drain_s=o["drain"], seed=seed, host=host,
-                    shapes_run=frozenset() if "shape_history" in off else frozenset(int(n) for n in shapes_before))
+                    shapes_run=frozenset() if "shape_history" in off else frozenset(int(n) for n in shapes_before),
+                    sync_loads=policy in ROTA_POLICIES and o.get("load") != "async" and "sync_resume" not in off)
     tr = Simulator(w, cm, cfg).run()
     return run_metrics(tr, tenants, duration), tr
 

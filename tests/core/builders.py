@@ -68,11 +68,12 @@ def snap(*reqs: R) -> Snapshot:
 
 
 def cap(free: int, hbm: int | None = None, *, b_xfer: int = 1000, tokens: int = 4096, seqs: int = 256,
-        dram: int = 100_000, reqs: tuple[R, ...] = ()) -> Capacity:
+        dram: int = 100_000, reqs: tuple[R, ...] = (), sync_loads: bool = False) -> Capacity:
     """Capacity with ``free`` free blocks; ``hbm`` defaults to free plus what ``reqs`` hold."""
     held = sum(r.blocks_hbm for r in reqs)
     return Capacity(hbm_blocks=hbm if hbm is not None else free + held, free_blocks=free, b_xfer=b_xfer,
-                    token_budget=tokens, max_num_seqs=seqs, block_size=BS, dram_free_blocks=dram)
+                    token_budget=tokens, max_num_seqs=seqs, block_size=BS, dram_free_blocks=dram,
+                    sync_loads=sync_loads)
 
 
 def state(*reqs: R, free: int, **kw) -> tuple[Snapshot, Capacity]:

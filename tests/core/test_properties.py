@@ -49,7 +49,7 @@ def states(draw):
     free = draw(st.integers(0, 40))
     hbm = max(held + free, 14 if not reqs else max(blocks_for(r.num_tokens, BS) for r in reqs), 1)
     c = cap(free, hbm=max(hbm, held + free), b_xfer=draw(st.integers(0, 12)), tokens=draw(st.integers(1, 300)),
-            seqs=draw(st.integers(1, 16)), dram=draw(st.integers(0, 60)))
+            seqs=draw(st.integers(1, 16)), dram=draw(st.integers(0, 60)), sync_loads=draw(st.booleans()))
     return snap(*reqs), c, draw(knobs())
 
 
@@ -85,6 +85,10 @@ def check_plan(name, s, c, p):
     admitted = [i for i in p.alloc_ids.tolist() if not resident[row[i]]]
     seqs_after = int(resident.sum()) - len(victims) + len(admitted)
     assert len(admitted) == 0 or seqs_after <= c.max_num_seqs, "max_num_seqs"
+    sched = set(p.sched_ids.tolist())
+    for rid, n in zip(p.swap_ids.tolist(), p.swap_blocks.tolist()):
+        if rid in sched:  # only a synchronous load computes in the iteration of its copy, copied whole
+            assert c.sync_loads and s.blocks_hbm[row[rid]] == 0 and n == s.blocks_dram[row[rid]], "synchronous load"
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -156,8 +160,9 @@ def test_lvf_v2_rotates_only_when_it_pays(state):
     st.integers(24, 120),
     st.integers(0, 12),
     st.integers(0, 400),
+    st.booleans(),
 )
-def test_random_runs_lose_nothing_and_keep_every_invariant(name, seed, hbm, b_xfer, dram):
+def test_random_runs_lose_nothing_and_keep_every_invariant(name, seed, hbm, b_xfer, dram, sync_loads):
     """Arrivals for 150 iterations, then drain: every iteration respects capacity and budgets, the
     ledger and table agree, and every request finishes (nothing lost, nothing stuck)."""
     rng = np.random.default_rng(seed)
@@ -175,7 +180,8 @@ def test_random_runs_lose_nothing_and_keep_every_invariant(name, seed, hbm, b_xf
         elif len(state) == 0:
             break
         s = state.snapshot()
-        c = state.capacity(b_xfer=max(b_xfer, 1) if name in ROTATING_POLICIES else 1 << 30, token_budget=64, max_num_seqs=8)
+        c = state.capacity(b_xfer=max(b_xfer, 1) if name in ROTATING_POLICIES else 1 << 30, token_budget=64, max_num_seqs=8,
+                           sync_loads=sync_loads)
         p = policy.plan(s, c, params, TENANTS, now)
         check_plan(name, s, c, p)
         moves = state.apply(p, now, lossless_victims=lossless)

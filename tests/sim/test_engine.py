@@ -212,3 +212,33 @@ def test_slo_token_budget_keeps_decode_gaps_near_the_tbt_slo():
     full, cut = gaps(0.0), gaps(1.0)
     assert full.max() > 0.5  # the stall exists without the budget
     assert cut.max() <= 0.1 * 1.01  # every gap within the 100 ms SLO
+
+
+def new_swap_ins(sim: Simulator) -> tuple[int, int]:
+    """Run ``sim``; how many new swap-ins computed in the iteration of their copy, and how many did not."""
+    counts = [0, 0]
+    step = sim.step
+
+    def watched(now):
+        res = step(now)
+        held = dict(zip(res.snapshot.req_id.tolist(), res.snapshot.blocks_hbm.tolist()))
+        sched = set(res.plan.sched_ids.tolist())
+        for rid in res.plan.swap_ids.tolist():
+            if held[rid] == 0:
+                counts[0 if rid in sched else 1] += 1
+        return res
+
+    sim.step = watched
+    tr = sim.run()
+    assert np.isfinite(tr.t_end).all(), "everything finished (and run() checked the ledger's books)"
+    return counts[0], counts[1]
+
+
+@pytest.mark.parametrize("policy", ["lvf", "lvf-paper", "vllm-offload"])
+def test_with_synchronous_loads_a_resumed_request_computes_in_the_iteration_of_its_copy(policy):
+    """The CPU plugin's loads (``SimConfig.sync_loads``): every new swap-in copied whole runs in its own
+    iteration (each fits in B_xfer here); with asynchronous loads none does."""
+    same, later = new_swap_ins(pressured(policy, rps=20.0, duration=5.0, sync_loads=True))
+    assert same > 0 and later == 0
+    same, later = new_swap_ins(pressured(policy, rps=20.0, duration=5.0))
+    assert same == 0 and later > 0
