@@ -36,7 +36,6 @@ from superinfer.core import (
     Sampled,
     Snapshot,
     TenantTable,
-    VictimMode,
     batch_token_budget,
     core_policy_name,
     get_policy,
@@ -223,23 +222,14 @@ class Simulator:
         decode = (tokens == 1) & (st.outputs[rows] > 0)
         price = cm.price_step(tokens, st.num_computed[rows], decode, moves.h2d_blocks, len(moves.swap_out),
                               len(moves.sync))
-        t_end = now + self._wall_s(plan, price, moves) + self._host_s(snap, cap, tokens, now)
+        wall = cfg.host.wall_s(price, plan.victim_d2h, plan.swap_blocks, len(moves.sync))
+        t_end = now + wall + self._host_s(snap, cap, tokens, now)
         self.max_h2d = max(self.max_h2d, moves.h2d_blocks)
         self.max_d2h = max(self.max_d2h, moves.d2h_blocks)
         self.max_used = max(self.max_used, st.ledger.hbm.used)
         st.complete_transfers(t_end)
         sampled = st.advance(plan, t_end, rows)
         return StepResult(now, t_end, plan, snap, moves, price, plan_s, sampled)
-
-    def _wall_s(self, plan: Plan, price: StepPrice, moves: Moves) -> float:
-        """The iteration's compute and copies: the cost model's price, or with measured connector lines
-        (``HostCosts.prices_kv``) the compute plus the connector's time, serial with it."""
-        host = self.cfg.host
-        if not host.prices_kv:
-            return price.step_s
-        parks = plan.victim_d2h[(plan.victim_mode == VictimMode.SWAP) | (plan.victim_d2h > 0)]
-        wall = price.compute_s + host.kv_s(parks, plan.swap_blocks, len(moves.sync))
-        return wall if wall > 0 else price.step_s
 
     def _host_s(self, snap: Snapshot, cap: Capacity, sched_tokens: np.ndarray, now: float) -> float:
         """The iteration's host terms (:class:`HostCosts`); called once the plan's blocks have moved."""

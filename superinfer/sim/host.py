@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from superinfer.sim.costmodel import StepPrice
+
 
 @dataclass(frozen=True)
 class HostCosts:
@@ -93,6 +95,14 @@ class HostCosts:
         if sync_blocks > 0:
             t += self.sync_call_s + self.sync_block_s * sync_blocks
         return t
+
+    def wall_s(self, price: StepPrice, park_blocks: np.ndarray, load_blocks: np.ndarray, sync_blocks: int) -> float:
+        """An iteration's compute and copies: the cost model's ``price``, or where the connector's lines are
+        measured (:attr:`prices_kv`) the compute plus the connector's time (:meth:`kv_s`), serial with it."""
+        if not self.prices_kv:
+            return price.step_s
+        wall = price.compute_s + self.kv_s(park_blocks, load_blocks, sync_blocks)
+        return wall if wall > 0 else price.step_s
 
     def wake_s(self, idle_s: float) -> float:
         """The extra time of the first iteration after ``idle_s`` seconds with nothing live."""
