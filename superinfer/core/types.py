@@ -169,10 +169,11 @@ class Capacity:
     """Per-iteration resources. ``b_xfer`` is blocks per iteration per direction (design §4).
 
     ``sync_loads``: the engine loads a parked request whole before the iteration's compute and the request
-    computes in that same iteration (vLLM with a KV connector whose loads are synchronous: the plugin on
-    CPU): a swap-in whose whole copy fits in what is left of ``b_xfer`` and that gets a token is scheduled
-    in the iteration of its copy, with blocks for what it computes. Otherwise (and always by default:
-    asynchronous loads) it computes in the iteration after its copy completes."""
+    computes in that same iteration (what vLLM with a synchronous KV-connector load is documented to do; the
+    twin's ``sync_resume`` term. Measured on the CPU plugin it did not hold: docs/fidelity.md; off in the
+    plugin and by default): a swap-in whose whole copy fits in what is left of ``b_xfer`` and that gets a
+    token is scheduled in the iteration of its copy, with blocks for what it computes. Otherwise (and always
+    by default: asynchronous loads) it computes in the iteration after its copy completes."""
 
     hbm_blocks: int
     free_blocks: int

@@ -197,7 +197,6 @@ class RotaScheduler(Scheduler):
             max_num_seqs=int(self.max_num_running_reqs),
             block_size=int(self.block_size),
             dram_free_blocks=int(self.ledger.free) if self.ledger is not None else 0,
-            sync_loads=self.ledger is not None and not self.ledger.async_load,  # vLLM runs what it loads
         )
 
     def _plan(self, snap: Snapshot, cap: Capacity, live: LiveParams, now: float) -> Plan | None:
