@@ -81,11 +81,16 @@ def probe_fits(num_blocks: int, block_size: int, max_model_len: int) -> bool:
 PROBE_CONTEXT = _PROMPT + 3 + 20 + (_DECODE_STEPS - 20) // 2
 
 
+def _repeated_step(llm: Any, repeats: int, waiting_prompt: int | None = None) -> float:
+    """The median of ``repeats`` probes of :func:`_median_step` on this open engine."""
+    return float(np.median([_median_step(llm, waiting_prompt) for _ in range(repeats)]))
+
+
 def quiet_step_s(llm: Any, repeats: int = 3) -> float:
     """The speed probe: median step of a steady two-request decode on this open engine (seconds), the median
     of ``repeats`` probes. Its KV (two requests of ``_PROMPT`` + ``_DECODE_STEPS`` tokens) must fit in the
     engine's blocks."""
-    return float(np.median([_median_step(llm) for _ in range(repeats)]))
+    return _repeated_step(llm, repeats)
 
 
 def least_squares_line(n: float, sx: float, sxx: float, sy: float, sxy: float) -> tuple[float, float]:
@@ -298,8 +303,7 @@ def measure_host_costs(spec: EngineSpec, policies: list[str], prompt_tokens: int
                 wake = wake_costs(llm)
         with open_engine(blocked, workdir) as llm:
             # the median of three probes: one probe of stock vLLM measured 0, 50, 280 and 608 us (docs/fidelity.md)
-            waiting = float(np.median([_median_step(llm, waiting_prompt) for _ in range(WAITING_REPEATS)]))
-            steps[policy] = {"policy": quiet, "waiting": waiting}
+            steps[policy] = {"policy": quiet, "waiting": _repeated_step(llm, WAITING_REPEATS, waiting_prompt)}
     out_a, out_b = output_costs(spec, workdir)
     out: dict[str, dict[str, Any]] = {}
     for policy in policies:

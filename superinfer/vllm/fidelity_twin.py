@@ -2,14 +2,12 @@
 its measured model terms (or some of them switched off), and score it against the real run.
 
 The terms (docs/fidelity.md): the calibrated step (always), ``host_step``, ``host_plan``, ``host_waiting``,
-``host_arrival``,
-``new_shape`` (with ``shape_history``: not for the shapes the engine's process ran before the run),
-``host_output``, ``host_wake``, ``host_kv`` (:class:`superinfer.sim.host.HostCosts`; ``host_kv``, the
-connector's measured time per park, load and sync, replaces the copy pricing), ``sync_resume`` (the plugin on
-CPU loads a parked request synchronously and vLLM runs it in the same step: core ``Capacity.sync_loads``),
-``sync_transfers`` (the CPU
-connector copies within the step, at the copy micro-benchmark's time per block; what the twin falls back to
-without ``host_kv``) and ``host_speed`` (the host's speed at the time of the run, from a probe run just before
+``host_arrival``, ``new_shape`` (with ``shape_history``: not for the shapes the engine's process ran before the
+run), ``host_output``, ``host_wake``, ``host_kv`` (:class:`superinfer.sim.host.HostCosts`; ``host_kv``, the
+connector's measured time per park, load and sync, replaces the copy pricing), ``sync_resume`` (a resumed
+request computes in the step of its synchronous load: core ``Capacity.sync_loads``; left out, below),
+``sync_transfers`` (the CPU connector copies within the step, at the copy micro-benchmark's time per block;
+what the twin falls back to without ``host_kv``) and ``host_speed`` (the host's speed at the time of the run, from a probe run just before
 and after it, against what the calibrated step and host terms predict for the probe's step: the calibrated
 step, the host terms and the copy time are scaled by that ratio).
 """

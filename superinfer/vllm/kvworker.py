@@ -17,8 +17,9 @@ counted and reported, never ignored.
 
 Cost sums (``stats``, :data:`KV_KINDS`): each park (one call per step, all of its victims), each load (one
 per request) and each eager sync (one call per step) adds its wall time in the hook (submit and, where the
-step waits, the wait) against the blocks it copied (operations that copied nothing are not timed), as the sums of a least-squares line ``ns = a + b * blocks``
-(``{kind}_n``, ``_x``, ``_xx``, ``_ns``, ``_ns_x``): the twin's ``host_kv`` term (docs/fidelity.md).
+step waits, the wait) against the blocks it copied (operations that copied nothing are not timed), as the
+sums of a least-squares line ``ns = a + b * blocks`` (``{kind}_n``, ``_x``, ``_xx``, ``_ns``, ``_ns_x``): the
+twin's ``host_kv`` term (docs/fidelity.md).
 """
 
 from __future__ import annotations
