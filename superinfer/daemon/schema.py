@@ -143,6 +143,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
                             "below the incumbent's", 0, 1),
         "alpha": Key("float", 0.05, "one-sided level of the accept test", 0, 0.5, lo_open=True),
         "max_rollbacks_per_hour": Key("int", 3, "freeze after this many rollbacks in an hour", 1, 1000),
+        "explore_budget": Key("float", 0.01, "local steps may lose at most this share of the attainment over the "
+                              "last hour (realised losses); 0: only the arms file's settings are tried", 0, 1),
+        "arm_test": Key("choice", "unless_worse", "verdict on an arms-file setting: unless_worse (adopted unless "
+                        "the trial shows it worse) or noninferiority (the trial must show it is not worse)",
+                        choices=("unless_worse", "noninferiority")),
         "arms_file": Key("str", "", "arms from `superinferd tune` (per-phase settings); empty: none"),
         "storage": Key("str", "", "Optuna storage of the online local search: sqlite:///..., postgresql://..., "
                        "journal:PATH, memory; empty: sqlite in <state-dir>/tuner.db"),

@@ -37,6 +37,8 @@ class TunerMetrics:
         self.trials = Counter(p + "trials_total", "Trials ended, by outcome", ["outcome"], registry=r)
         self.rollbacks = Counter(p + "rollbacks_total", "Trials rolled back, by reason", ["reason"], registry=r)
         self.rollbacks_hour = Gauge(p + "rollbacks_last_hour", "Rollbacks in the last 3600 s", registry=r)
+        self.explore_loss = Gauge(p + "exploration_loss_seconds", "Attainment-seconds lost to local steps in the "
+                                  "last 3600 s (no local step while at or above explore_budget x 3600)", registry=r)
         self.changes = Counter(p + "param_changes_total", "Accepted params changes, by source", ["source"], registry=r)
         self.incumbent = Gauge(p + "incumbent", "The tuner's incumbent value of each tuned knob", ["param"], registry=r)
         self.objective = Gauge(p + "objective_ratio", "Weighted share of requests meeting both SLOs in the last "
@@ -72,6 +74,7 @@ class TunerMetrics:
         for r in REASONS:
             self.frozen_reason.labels(r).set(1 if reason == r else 0)
         self.rollbacks_hour.set(c.freeze.rollbacks_last_hour(now))
+        self.explore_loss.set(c.budget.spent(now))
         for k, v in c.space.values(c.incumbent).items():
             self.incumbent.labels(k).set(v)
         for w, v in c.objective.items():

@@ -65,6 +65,7 @@ def tuner_config(cfg: Config) -> TunerConfig:
                        trust_region=g("tuner", "trust_region"), knobs=tuple(g("tuner", "knobs")),
                        step_caps=dict(g("tuner", "step_caps")), guard_margin=g("tuner", "guard_margin"),
                        alpha=g("tuner", "alpha"), max_rollbacks_per_hour=g("tuner", "max_rollbacks_per_hour"),
+                       explore_budget=g("tuner", "explore_budget"), arm_test=g("tuner", "arm_test"),
                        seed=g("tuner", "seed"))
 
 

@@ -49,6 +49,9 @@ class TunerConfig:
       ``phase_max_distance``: farther than this from every phase of the arms file is "unknown";
       ``classify_slots``: slots after a change before the phase is named (and jumped to).
     * ``gamma``, ``explore_threshold``: the bandit (``superinfer.tuner.bandit``); ``seed``.
+    * ``explore_budget``: local steps may lose at most this share of the attainment over the last hour
+      (``superinfer.tuner.budget``; realised losses, attainment-seconds); spent, none is offered. 0: no
+      local steps (only the offline study's arms).
     """
 
     mode: str = "off"
@@ -79,6 +82,7 @@ class TunerConfig:
     classify_slots: int = 2
     gamma: float = 0.9
     explore_threshold: float = 0.25
+    explore_budget: float = 0.01
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -108,6 +112,9 @@ class TunerConfig:
         if not 0 < self.gamma <= 1 or not 0 <= self.explore_threshold < 1:
             raise TunerConfigError(f"gamma/explore_threshold: expected 0 < gamma <= 1 and 0 <= threshold < 1, "
                                    f"got {self.gamma!r}, {self.explore_threshold!r}")
+        b = self.explore_budget
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 <= b <= 1:
+            raise TunerConfigError(f"explore_budget: expected a share in [0, 1], got {b!r}")
         if self.arm_test not in ARM_TESTS:
             raise TunerConfigError(f"arm_test: expected one of {', '.join(ARM_TESTS)}, got {self.arm_test!r}")
         if self.test_unit not in ("slot", "request"):

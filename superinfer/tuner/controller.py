@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 
 from superinfer.tuner.arms import Arms, empty_arms, merge_params
 from superinfer.tuner.bandit import DiscountedThompson
+from superinfer.tuner.budget import ExplorationBudget
 from superinfer.tuner.config import TunerConfig
 from superinfer.tuner.controls import OperatorControls
 from superinfer.tuner.tracking import TrafficTracking
@@ -70,6 +71,7 @@ class Controller(OperatorControls, TrafficTracking, TrialRunner):
             self.bandit.ensure(f"arm:{name}", PRIOR_PHASE)
         if self.arms.robust is not None:
             self.bandit.ensure("arm:robust", PRIOR_ROBUST)
+        self.budget = ExplorationBudget(cfg.explore_budget)
         self.local = LocalSearch(self.space, cfg.trust_region, cfg.seed, storage, study_name)
         self.on_decision = on_decision
         self.mode = cfg.mode
@@ -162,7 +164,8 @@ class Controller(OperatorControls, TrafficTracking, TrialRunner):
             self._choose(now)
 
     def _choose(self, now: float) -> None:
-        arms = ["local"]
+        # local steps only while their realised losses of the last hour are within the budget
+        arms = ["local"] if self.budget.allows(now) else []
         targets: dict[str, dict[str, float]] = {}
         # in a named phase the study's arm for it is never below the robust arm there (the robust trial is
         # feasible in every phase, so it competed for the phase's arm): offering both only re-tests what
@@ -176,6 +179,9 @@ class Controller(OperatorControls, TrafficTracking, TrialRunner):
             if not self.space.same(t, self.incumbent):
                 arms.append(f"arm:{name}")
                 targets[f"arm:{name}"] = t
+        if not arms:
+            self._log(now, "hold", f"no local step: {self.budget.describe(now)}; no study arm to try")
+            return
         choice, samples = self.bandit.choose(arms)
         shown = ", ".join(f"{k} {v:.2f}" for k, v in samples.items())
         if choice is None:

@@ -35,7 +35,7 @@ class Decision:
 class Trial:
     """The running trial: which arm, since when, its switchback (the slots and the windows of both
     sides), the candidate setting, the Optuna trial number of a local step, the incumbent before it, and
-    an offline arm's score in its study."""
+    an offline arm's score in its study, and the incumbent's baseline attainment when it started."""
 
     arm: str
     started: float
@@ -44,4 +44,5 @@ class Trial:
     number: int | None
     previous: dict[str, float]
     expected: float | None = None  # an offline arm's score in its study (reported with the verdict, not tested)
+    baseline: float | None = None  # the incumbent's measured attainment when the trial started (budget)
     extended: bool = False

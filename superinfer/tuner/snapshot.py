@@ -4,7 +4,7 @@ next start).
 Times: the controller runs on its caller's clock; ``to_wall`` maps a controller time to Unix seconds
 for what operators read (``last_decisions[].at``) and for what must survive a restart (rollback times),
 and ``from_wall`` maps back. Persisted: mode (with the profile's mode it overrode), the operator freeze,
-rollback times, the bandit's posteriors, the trust radius, counters, the last decisions. Not persisted:
+rollback times, the exploration budget's charges, the bandit's posteriors, the trust radius, counters, the last decisions. Not persisted:
 windows, baselines and the traffic phase (measured afresh after a restart), a trial (the controller
 writes the incumbent back when it stops, so none survives).
 """
@@ -45,6 +45,9 @@ def status(c: Controller, now: float, to_wall: Clock = lambda t: t, last: int = 
         "phase": c.phase,
         "last_decisions": [decision_dict(d, to_wall) for d in list(c.decisions)[-last:]],
         "rollbacks_last_hour": c.freeze.rollbacks_last_hour(now),
+        "exploration_budget": {"share": c.budget.share, "allowance": c.budget.allowance,
+                               "spent_last_hour": round(c.budget.spent(now), 3),
+                               "local_steps_allowed": c.budget.allows(now)},
         "trial": None if trial is None else {
             "arm": trial.arm, "started_at": round(to_wall(trial.started), 3),
             "window": {"start_at": round(to_wall(trial.sb.start), 3), "end_at": round(to_wall(trial.sb.end), 3)},
@@ -103,6 +106,7 @@ def dump(c: Controller, now: float, to_wall: Clock, profile_mode: str) -> dict[s
         "frozen_by_operator": c.freeze.operator,
         "frozen_why": c.freeze.operator_why,
         "rollback_times": [round(to_wall(t), 3) for t in c.freeze.rollback_times],
+        "exploration_charges": [[round(to_wall(t), 3), round(cost, 6)] for t, cost in c.budget.charges],
         "bandit": c.bandit.to_dict(),
         "trust_radius": c.local.radius,
         "incumbent": c.space.values(c.incumbent),
@@ -130,6 +134,10 @@ def restore(c: Controller, data: Any, now: float, from_wall: Clock, profile_mode
     for t in data.get("rollback_times", []):
         if isinstance(t, (int, float)) and math.isfinite(t):
             c.freeze.rollback_times.append(from_wall(float(t)))
+    for item in data.get("exploration_charges", []):
+        if (isinstance(item, list) and len(item) == 2 and all(isinstance(x, (int, float)) for x in item)
+                and all(math.isfinite(x) for x in item) and item[1] > 0):
+            c.budget.charges.append((from_wall(float(item[0])), float(item[1])))
     if isinstance(data.get("bandit"), dict):
         c.bandit.load(data["bandit"])
     r = data.get("trust_radius")

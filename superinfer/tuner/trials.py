@@ -62,7 +62,8 @@ class TrialRunner:
         expected = self.arms.robust.score if arm == "arm:robust" and self.arms.robust else \
             (self.arms.phases[arm[4:]].score if arm.startswith("arm:") and arm[4:] in self.arms.phases else None)
         self.trial = Trial(arm=arm, started=now, sb=sb, setting=dict(target), number=number,
-                           previous=dict(self.incumbent), expected=expected)
+                           previous=dict(self.incumbent), expected=expected,
+                           baseline=None if self.baseline is None else self.baseline.value)
         self.state = "trial"
         self._log(now, "trial", f"{arm}: {why} (switchback: {sb.slots} slots of {sb.slot_s:g} s, "
                   f"warm-up {sb.warmup_s:g} s each)", target)
@@ -166,11 +167,23 @@ class TrialRunner:
         gain = None if base is None else cand.value - base.value
         self._end_trial(now, "rollback", why, write_back=True, gain=gain)
 
+    def _charge(self, now: float, tr: Trial, scores: tuple[Score, Score] | None) -> None:
+        """Charge a local trial's realised loss to the exploration budget: the incumbent's baseline
+        before it against what both sides served (provisional scores when the trial ended early)."""
+        cand, base = scores if scores is not None else self._scores(now, provisional=True)
+        sides = [(s.value, s.decided) for s in (cand, base) if s.decided > 0]
+        n = sum(d for _, d in sides)
+        served = sum(v * d for v, d in sides) / n if n > 0 else None
+        self.budget.charge(now, tr.baseline, served, now - tr.started)
+
     def _end_trial(self, now: float, outcome: str, reason: str, *, write_back: bool, gain: float | None,
                    scores: tuple[Score, Score] | None = None) -> None:
-        tr, self.trial = self.trial, None
+        tr = self.trial
         if tr is None:
             return
+        if tr.arm == "local":
+            self._charge(now, tr, scores)
+        self.trial = None
         self.counts["trials"][outcome] = self.counts["trials"].get(outcome, 0) + 1
         if tr.number is not None:
             self.local.tell(tr.number, gain, outcome == "accept")

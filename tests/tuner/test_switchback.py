@@ -92,7 +92,8 @@ def drift_runs(seeds: range = range(3), **cfg: object) -> tuple[int, int, int]:
     for seed in seeds:
         for phase in (0.0, 0.25, 0.5, 0.75):
             world = World(flat, rate=40.0, seed=seed, drift=triangle(240.0, 0.6, phase))
-            ctl = make(world, explore_threshold=0.0, min_requests=300, **cfg)
+            # the tests' error rates, not the exploration budget (a drift is charged to it): unlimited
+            ctl = make(world, explore_threshold=0.0, explore_budget=1.0, min_requests=300, **cfg)
             world.run(ctl, 0.0, 900.0)
             acts = [d.action for d in ctl.decisions]
             trials, rollbacks, accepts = (trials + acts.count("trial"), rollbacks + acts.count("rollback"),
@@ -125,7 +126,7 @@ def collapse_runs(unit: str, seeds: range = range(4)) -> tuple[int, int, int]:
     trials = rollbacks = accepts = 0
     for seed in seeds:
         world = World(flat, rate=40.0, seed=seed, drift=collapsing(7.0, seed))
-        ctl = make(world, explore_threshold=0.0, min_requests=300, test_unit=unit)
+        ctl = make(world, explore_threshold=0.0, explore_budget=1.0, min_requests=300, test_unit=unit)
         world.run(ctl, 0.0, 900.0)
         acts = [d.action for d in ctl.decisions]
         trials, rollbacks, accepts = (trials + acts.count("trial"), rollbacks + acts.count("rollback"),
@@ -159,7 +160,8 @@ def arm_runs(world_of: Callable[[int, float | None], Callable[[float], float]], 
         for off in offsets:
             world = World(lambda p, ph: 0.9 - (loss if p["step_slo_share"] == 1.6 else 0.0), rate=40.0, seed=seed,
                           drift=world_of(seed, off))
-            ctl = make(world, arms_for(feats, step_slo_share=1.6), explore_threshold=0.0, min_requests=300, **cfg)
+            ctl = make(world, arms_for(feats, step_slo_share=1.6), explore_threshold=0.0, explore_budget=1.0,
+                       min_requests=300, **cfg)
             world.run(ctl, 0.0, 900.0)
             acts = [(d.action, "arm:a" in d.reason) for d in ctl.decisions]
             trials += sum(a == "trial" for a, _ in acts)

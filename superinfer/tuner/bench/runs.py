@@ -4,7 +4,7 @@ Strategies: ``paper`` (the paper's α 3, δ_B 0, δ_F 0.5 with the core's other 
 defaults), ``static_best`` (the study's robust setting over the whole scenario), ``oracle`` (the study's
 best setting per phase, switched at the true phase boundaries; not run on a recorded trace, whose
 boundaries are unknown) and ``tuner`` (the online controller, cold from the defaults, with the arms of a
-study of a *different* trace). Every run replays the same
+study of a *different* trace; its seed is the configured seed plus the data seed). Every run replays the same
 workload for a seed (:func:`~superinfer.tuner.offline.scenario.build`) through
 :func:`~superinfer.tuner.offline.replay.replay` and is judged by ``superinfer.sim.metrics.run_metrics``;
 the record adds the tuner's objective (weighted), per-phase attainment, a timeline in ``bin_s`` bins of
@@ -14,7 +14,7 @@ arrival time, the knob trajectory and the controller's decisions.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -71,8 +71,12 @@ def run_task(task: RunTask) -> dict[str, Any]:
         arms: Arms = arms_from_dict(task.arms, "warm-start arms")
         tenants = {t.name: (t.ttft_slo, t.weight) for t in table.tenants}
 
+        # each seed its own exploration path (the bandit's draws, the local search's sampler): with one
+        # tuner seed for every data seed, all runs tried the same local steps in the same order
+        tcfg = replace(task.tuner, seed=task.tuner.seed + task.seed)
+
         def factory(writer):
-            return Controller(task.tuner, tenants, start, writer=writer, arms=arms, now=0.0,
+            return Controller(tcfg, tenants, start, writer=writer, arms=arms, now=0.0,
                               on_decision=lambda d: decisions.append(d.as_dict()))
     elif task.strategy != "paper":
         raise ValueError(f"unknown strategy {task.strategy!r}; valid: {', '.join(STRATEGIES)}")
