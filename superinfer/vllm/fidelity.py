@@ -91,6 +91,31 @@ def _host_from_json(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 **{k: v for k, v in h.items() if k not in fields}} for p, h in d.items()}
 
 
+def _remeasure(o: dict[str, Any], host: dict[str, dict[str, Any]], names: str) -> dict[str, Any]:
+    """Measure the host terms ``names`` (:data:`superinfer.vllm.fidelity_wake.REMEASURABLE`) now, on a stock
+    engine of the recorded settings, and put them in every policy's :class:`HostCosts` of ``host``; returns
+    the new values and the recorded ones they replace (``--rescore --remeasure``)."""
+    from superinfer.vllm.fidelity_wake import REMEASURABLE, remeasure
+    from superinfer.vllm.replay import EngineSpec
+
+    terms = tuple(t.strip() for t in names.split(",") if t.strip())
+    unknown = [t for t in terms if t not in REMEASURABLE]
+    if not terms or unknown:
+        raise click.BadParameter(f"{names!r}: terms are {', '.join(REMEASURABLE)}", param_hint="--remeasure")
+    rate = float(str(o.get("rates") or o["rps"]).split(",")[0])
+    _, _, prompt, _, _ = _requests(o["workload"], o["arrival"], rate, o["duration"], 0, o["max_model_len"])
+    spec = EngineSpec(model=o["model"], block_size=o["block_size"], max_model_len=o["max_model_len"],
+                      max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=o["max_num_batched_tokens"])
+    click.echo(f"measuring {', '.join(terms)} now ...", err=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        values = remeasure(spec, int(np.median(prompt)), terms, Path(tmp))
+    first = next(iter(host.values()))["host"]
+    recorded = {k: getattr(first, k) for k in values}
+    for h in host.values():
+        h["host"] = replace(h["host"], **values)
+    return {"terms": list(terms), "values": values, "recorded": recorded}
+
+
 def _twin_calibration(coefficients: dict[str, float], block_size: int, copy_s: float, model: str) -> Any:
     """The twin's calibration: the step fit, and transfers at the measured copy time per block."""
     from superinfer.sim.calibration import Calibration, Coefficients, TransferCalibration
@@ -209,6 +234,9 @@ def _rescore(path: str, ablate: bool) -> tuple[dict[str, Any], dict[str, Any], l
 @click.option("--rescore", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Run no engine: score the twin (as it is now) against the real runs of this earlier JSON "
                    "(its settings, SLOs, calibration and host terms; CDFs from its .cdf.npz).")
+@click.option("--remeasure", default=None,
+              help="With --rescore: measure these host terms on this host now (comma-separated: host_arrival, "
+                   "host_wake) in place of the recorded ones; needs the JSON's model.")
 @click.option("--plot-dir", default=None, type=click.Path(file_okay=False), help="Write CDF plots (PNG) here.")
 @click.option("--json", "json_path", default=None, help="Write the JSON here ('-' for stdout).")
 def bench_fidelity(**o: Any) -> None:
@@ -216,12 +244,17 @@ def bench_fidelity(**o: Any) -> None:
     from superinfer.vllm.fidelity_host import copy_s_per_block
     from superinfer.vllm.fidelity_report import echo_table, plot_cdfs, summarise_fidelity
 
+    remeasured = None
     if o["rescore"]:
         old, run_o, rows = _rescore(o["rescore"], o["ablate"])
         slo_info, cal_info, copy_s, command = old["slo"], old["calibration"], old["copy_s_per_block"], old["command"]
         slo = (slo_info["ttft_slo_s"], slo_info["tbt_slo_s"])
         host = _host_from_json(old["host_terms"])
+        if o["remeasure"]:
+            remeasured = _remeasure(run_o, host, o["remeasure"])
     else:
+        if o["remeasure"]:
+            raise click.BadParameter("only with --rescore (a run measures every term)", param_hint="--remeasure")
         rates = [float(x) for x in str(o["rates"]).split(",")] if o["rates"] else [float(o["rps"])]
         if any(not (r > 0) for r in rates):
             raise click.BadParameter("rates must be > 0", param_hint="--rates")
@@ -241,7 +274,8 @@ def bench_fidelity(**o: Any) -> None:
     result = {
         "command": command,
         **({"rescored_with": "superinferd bench fidelity " + " ".join(sys.argv[3:])} if o["rescore"] else {}),
-        "config": {k: v for k, v in run_o.items() if k not in ("json_path", "rescore")},
+        "config": {k: v for k, v in run_o.items() if k not in ("json_path", "rescore", "remeasure")},
+        **({"remeasured": remeasured} if remeasured else {}),
         "slo": slo_info,
         "calibration": cal_info,
         "host_terms": _host_json(host),

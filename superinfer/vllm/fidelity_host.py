@@ -12,16 +12,18 @@ here on the same engine settings, apart from the runs the twin is compared with:
 * ``plan_s`` + ``plan_per_live_s`` x live requests -- the plugin's own timing of its plans (plan and apply,
   ``RotaScheduler._time_plan``) over a probe replay of the same workload on a seed no compared run uses,
   as a least-squares line in the number of live requests (:func:`plan_line`);
-* ``arrival_s`` -- the median time of ``LLMEngine.add_request`` for a prompt of the median length (input
-  processing, serial with the engine loop), the same for every policy;
+* ``arrival_s`` -- the median time of ``LLMEngine.add_request`` for a prompt of the median length right after
+  a step, as the replay adds a request (input processing, serial with the engine loop), the same for every
+  policy (:func:`superinfer.vllm.fidelity_wake.arrival_after_step_s`);
 * ``new_shape_s`` -- a prefill of a length the engine has not run before, minus the same prefill again
   (median over eight lengths): on CPU kernels are set up per batch shape, and the calibration fit is warm;
 * ``output_s`` + ``output_per_seq_s`` x sequences -- the engine's output processing after the scheduler's
   step (:func:`output_costs`: a step of ``LLMEngine.step()`` and the replay loop's reading of its outputs,
   minus the calibrated part, from ``schedule()`` to the end of ``update_from_output``, of the same step;
   medians per batch size of steady decodes, a least-squares line through them);
-* ``wake_idle_s`` / ``wake_extra_s`` -- a prefill after the engine sat idle, minus the same back to back, at
-  a few idle times (:func:`wake_costs`);
+* ``wake_idle_s`` / ``wake_extra_s`` -- a request's arrival to its first token after the engine sat idle
+  (slept as the replay sleeps), minus the same back to back, at a few idle times
+  (:func:`superinfer.vllm.fidelity_wake.wake_costs`);
 * the KV copy time per block (:func:`copy_s_per_block`): the connector's CPU copy path (one ``copy_`` per
   layer, K and V, and block, as DuplexKV's torch backend runs it) timed on the model's block shape.
 
@@ -37,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from superinfer.sim.engine import HostCosts
+from superinfer.vllm.fidelity_wake import arrival_after_step_s, wake_costs
 from superinfer.vllm.replay import ROTA_POLICIES, EngineSpec, open_engine
 
 _DECODE_STEPS = 160
@@ -132,22 +135,6 @@ def kv_lines(sums: dict[str, int]) -> dict[str, float]:
     return out
 
 
-def _arrival_s(llm: Any, prompt_tokens: int) -> float:
-    from vllm import SamplingParams
-
-    eng = llm.llm_engine
-    sp = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
-    times = []
-    for i in range(48):
-        t = time.perf_counter()
-        eng.add_request(f"a{i}", {"prompt_token_ids": _prompt(i, prompt_tokens)}, sp)
-        times.append(time.perf_counter() - t)
-    eng.abort_request([f"a{i}" for i in range(48)])
-    while eng.has_unfinished_requests():
-        eng.step()
-    return float(np.median(times[8:]))
-
-
 def copy_s_per_block(model_dir: str, block_size: int, dtype: str = "float32", blocks: int = 64) -> float:
     """Median seconds to copy one KV block between two CPU tensors the way DuplexKV's torch backend does
     (a ``copy_`` per layer, K and V), for the model in ``model_dir`` (its ``config.json``)."""
@@ -197,40 +184,6 @@ def _new_shape_s(llm: Any) -> float:
 _OUTPUT_BATCHES = (1, 2, 4, 8, 16)
 #: waiting probes per engine (their median is ``host_waiting``'s step)
 WAITING_REPEATS = 3
-#: idle times (s) before the wake probe's prefills
-WAKE_IDLE_S = (0.005, 0.02, 0.05, 0.2, 1.0)
-
-
-def wake_costs(llm: Any, repeats: int = 8) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """The first step after the engine sat idle: for each idle time of :data:`WAKE_IDLE_S`, the median of a
-    warm-shape prefill (120 fresh tokens, no prefix-cache hit) after sleeping that long, minus the same
-    prefill run back to back. Returns ``(idle times, extra seconds)``."""
-    from vllm import SamplingParams
-
-    eng = llm.llm_engine
-    sp = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
-    rng = np.random.default_rng(0)
-    count = [0]
-
-    def prefill() -> float:
-        count[0] += 1
-        eng.add_request(f"k{count[0]}", {"prompt_token_ids": rng.integers(3, 400, 120).tolist()}, sp)
-        t = time.perf_counter()
-        while eng.has_unfinished_requests():
-            eng.step()
-        return time.perf_counter() - t
-
-    for _ in range(4):
-        prefill()  # the shape is warm
-    base = float(np.median([prefill() for _ in range(repeats)]))
-    extra = []
-    for idle in WAKE_IDLE_S:
-        runs = []
-        for _ in range(repeats):
-            time.sleep(idle)
-            runs.append(prefill())
-        extra.append(max(0.0, float(np.median(runs)) - base))
-    return WAKE_IDLE_S, tuple(extra)
 
 
 def output_costs(spec: EngineSpec, workdir: Path) -> tuple[float, float]:
@@ -298,9 +251,8 @@ def measure_host_costs(spec: EngineSpec, policies: list[str], prompt_tokens: int
         with open_engine(free, workdir) as llm:
             quiet = quiet_step_s(llm)
             if policy == "vllm":
-                arrival = _arrival_s(llm, prompt_tokens)
                 shape = _new_shape_s(llm)
-                wake = wake_costs(llm)
+                arrival, wake = arrival_after_step_s(llm, prompt_tokens), wake_costs(llm)
         with open_engine(blocked, workdir) as llm:
             # the median of three probes: one probe of stock vLLM measured 0, 50, 280 and 608 us (docs/fidelity.md)
             steps[policy] = {"policy": quiet, "waiting": _repeated_step(llm, WAITING_REPEATS, waiting_prompt)}

@@ -102,3 +102,26 @@ def test_rescoring_the_recorded_runs_reproduces_the_twin_without_an_engine(fidel
     bad = subprocess.run([sys.executable, "-m", "superinfer.cli", "bench", "fidelity", "--rescore", str(out.parent / "plots" /
                           fidelity["_plots"][0])], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "not a bench fidelity JSON" in bad.stderr
+
+
+def test_a_rescore_can_measure_the_arrival_and_wake_terms_again(fidelity: dict, tmp_path: Path) -> None:
+    """``--remeasure host_arrival,host_wake``: those terms measured now on the recorded settings, in every
+    policy's host terms, the recorded values kept beside them; every other term and the real runs as recorded."""
+    out = tmp_path / "remeasured.json"
+    base = [sys.executable, "-m", "superinfer.cli", "bench", "fidelity", "--rescore", str(fidelity["_path"]), "--no-ablate"]
+    proc = subprocess.run([*base, "--remeasure", "host_arrival,host_wake", "--json", str(out)], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    again = json.loads(out.read_text())
+    new = again["remeasured"]
+    assert new["terms"] == ["host_arrival", "host_wake"]
+    assert new["recorded"]["arrival_s"] == fidelity["host_terms"]["vllm"]["arrival_s"]
+    assert 0 < new["values"]["arrival_s"] < 0.01 and len(new["values"]["wake_extra_s"]) == 5
+    for policy, h in again["host_terms"].items():
+        before = fidelity["host_terms"][policy]
+        assert h["arrival_s"] == new["values"]["arrival_s"] and h["wake_extra_s"] == new["values"]["wake_extra_s"]
+        assert {k: v for k, v in h.items() if k not in ("arrival_s", "wake_extra_s")} == \
+            {k: v for k, v in before.items() if k not in ("arrival_s", "wake_extra_s")}
+    assert [r["real"] for r in again["runs"]] == [r["real"] for r in fidelity["runs"]]
+    bad = subprocess.run([*base, "--remeasure", "host_step"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "host_arrival, host_wake" in bad.stderr
