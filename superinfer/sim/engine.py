@@ -66,7 +66,9 @@ class SimConfig:
     sjf_noise: float = 0.0  # log-normal sigma of the sjf oracle's predictions (0 = exact oracle)
     seed: int = 0
     host: HostCosts = field(default_factory=HostCosts)  # engine-host terms (docs/fidelity.md)
-    shapes_run: frozenset[int] = frozenset()  # batch sizes in tokens the engine ran before (HostCosts.new_shape_s)
+    #: batch sizes in tokens the engine ran before, least recently run first (HostCosts.new_shape_s; a set where
+    #: the order is unknown)
+    shapes_run: tuple[int, ...] | frozenset[int] = ()
     sync_loads: bool = False  # a swap-in loads whole and computes in its own iteration (core Capacity.sync_loads)
 
     def __post_init__(self) -> None:
@@ -168,7 +170,11 @@ class Simulator:
         self._tightest_tbt = float(cfg.tenants.tbt_slo.min())
         self.state = EngineState(self.hbm_blocks, self.dram_blocks, cm.block_size, grow=max(1024, len(workload)))
         self.max_h2d = self.max_d2h = self.max_used = 0
-        self._shapes: set[int] = set(cfg.shapes_run)  # batch sizes in tokens run so far (HostCosts.new_shape_s)
+        # batch sizes in tokens set up now, least recently run first (HostCosts.new_shape_s, shape_capacity)
+        self._shapes: dict[int, None] = {}
+        self._shape_capacity = int(cfg.host.shape_capacity)
+        for size in cfg.shapes_run:
+            self._run_shape(int(size))
         self._idle_s = 0.0  # how long the engine sat idle before the next iteration (HostCosts.wake_*)
         n = len(workload)
         rng = np.random.default_rng(cfg.seed + 7919)
@@ -244,10 +250,22 @@ class Simulator:
         if (host.plan_s > 0 or host.plan_per_live_s > 0) and not nothing_to_plan(snap, cap) \
                 and not self.policy.only_serves_batch(snap, cap, cfg.params, cfg.tenants, now):
             extra += host.plan_s + host.plan_per_live_s * len(snap)
-        if host.new_shape_s > 0 and tokens and tokens not in self._shapes:
-            self._shapes.add(tokens)
+        if host.new_shape_s > 0 and tokens and not self._run_shape(tokens):
             extra += host.new_shape_s
         return extra
+
+    def _run_shape(self, size: int) -> bool:
+        """Record a step of ``size`` tokens; whether that size was set up (run before and, with a
+        ``shape_capacity``, among that many sizes run last; the least recently run is evicted)."""
+        shapes = self._shapes
+        warm = size in shapes
+        if warm and self._shape_capacity:
+            del shapes[size]  # most recently run last
+        if not warm or self._shape_capacity:
+            shapes[size] = None
+        if self._shape_capacity and len(shapes) > self._shape_capacity:
+            del shapes[next(iter(shapes))]
+        return warm
 
     # ---- the run --------------------------------------------------------------------------------
     def run(self) -> Trace:

@@ -22,7 +22,9 @@ class HostCosts:
       does, and so does this term);
     * ``arrival_s``: per arriving request, serial with the engine loop (input processing between steps);
     * ``new_shape_s``: added to an iteration whose batch size in tokens the engine has not run before (on
-      CPU, kernels are set up per shape: a prompt length never seen costs more than the warm fit says);
+      CPU, kernels are set up per shape: a prompt length never seen costs more than the warm fit says), or
+      not among the ``shape_capacity`` sizes it ran last (a count, not a time; 0: it keeps every size): the
+      set-up is cached, and the least recently run sizes are evicted;
     * ``output_s`` + ``output_per_seq_s`` x scheduled sequences: added to every iteration (the engine's
       output processing after the scheduler's step: detokenising, request outputs, the serving loop);
     * ``waiting_s``: added to an iteration after whose admissions requests still wait (stock vLLM tries the
@@ -55,6 +57,7 @@ class HostCosts:
     load_block_s: float = 0.0
     sync_call_s: float = 0.0
     sync_block_s: float = 0.0
+    shape_capacity: float = 0
 
     def __post_init__(self) -> None:
         try:
@@ -75,6 +78,8 @@ class HostCosts:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"host costs: {name} must be a finite number >= 0 (seconds), got {v!r}")
+        if not float(self.shape_capacity).is_integer():
+            raise ValueError(f"host costs: shape_capacity must be a whole number of sizes, got {self.shape_capacity!r}")
 
     @property
     def prices_kv(self) -> bool:

@@ -236,7 +236,7 @@ def _rescore(path: str, ablate: bool) -> tuple[dict[str, Any], dict[str, Any], l
                    "(its settings, SLOs, calibration and host terms; CDFs from its .cdf.npz).")
 @click.option("--remeasure", default=None,
               help="With --rescore: measure these host terms on this host now (comma-separated: host_arrival, "
-                   "host_wake) in place of the recorded ones; needs the JSON's model.")
+                   "host_wake, shape_capacity) in place of the recorded ones; needs the JSON's model.")
 @click.option("--plot-dir", default=None, type=click.Path(file_okay=False), help="Write CDF plots (PNG) here.")
 @click.option("--json", "json_path", default=None, help="Write the JSON here ('-' for stdout).")
 def bench_fidelity(**o: Any) -> None:

@@ -3,7 +3,8 @@ its measured model terms (or some of them switched off), and score it against th
 
 The terms (docs/fidelity.md): the calibrated step (always), ``host_step``, ``host_plan``, ``host_waiting``,
 ``host_arrival``, ``new_shape`` (with ``shape_history``: not for the shapes the engine's process ran before the
-run), ``host_output``, ``host_wake``, ``host_kv`` (:class:`superinfer.sim.host.HostCosts`; ``host_kv``, the
+run; with ``shape_capacity``: only the sizes it ran last, as many as its kernel cache keeps), ``host_output``,
+``host_wake``, ``host_kv`` (:class:`superinfer.sim.host.HostCosts`; ``host_kv``, the
 connector's measured time per park, load and sync, replaces the copy pricing), ``sync_resume`` (a resumed
 request computes in the step of its synchronous load: core ``Capacity.sync_loads``; left out, below),
 ``sync_transfers`` (the CPU connector copies within the step, at the copy micro-benchmark's time per block;
@@ -21,8 +22,8 @@ from typing import Any
 import numpy as np
 
 #: the twin's model terms that ``--ablate`` can switch off (docs/fidelity.md)
-TERMS = ("host_step", "host_plan", "host_waiting", "host_arrival", "new_shape", "shape_history", "host_output",
-         "host_wake", "host_kv", "sync_resume", "sync_transfers", "host_speed")
+TERMS = ("host_step", "host_plan", "host_waiting", "host_arrival", "new_shape", "shape_history", "shape_capacity",
+         "host_output", "host_wake", "host_kv", "sync_resume", "sync_transfers", "host_speed")
 PCT_KEYS = ("ttft_p50", "ttft_p90", "tbt_p50", "tbt_p90")
 SIDE_KEYS = ("ttft_attainment", "tbt_attainment", "tbt_gap_attainment", "slo_attainment", "throughput_tok_s",
              "rotations", "preemptions", "finished", "arrived")
@@ -104,7 +105,8 @@ def scaled(cal: Any, host: Any, factor: float) -> tuple[Any, Any]:
                                    d2h_gb_s=t.d2h_gb_s / factor if t.d2h_gb_s else t.d2h_gb_s,
                                    duplex_factor=t.duplex_factor)
     host = replace(host, wake_extra_s=tuple(v * factor for v in host.wake_extra_s),
-                   **{k: getattr(host, k) * factor for k in host.__dataclass_fields__ if not k.startswith("wake_")})
+                   **{k: getattr(host, k) * factor for k in host.__dataclass_fields__
+                      if not k.startswith("wake_") and k != "shape_capacity"})
     return replace(cal, coefficients=coef, transfer=transfer), host
 
 
@@ -112,7 +114,8 @@ def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[flo
              host: Any, seed: int, off: tuple[str, ...] = (), speed: float = 1.0,
              shapes_before: Any = ()) -> tuple[dict[str, Any], Any]:
     """The twin on the engine's requests and settings; ``off`` names :data:`TERMS` left out;
-    ``shapes_before``: the batch sizes in tokens the engine's process ran before this run (``shape_history``)."""
+    ``shapes_before``: the batch sizes in tokens the engine's process ran before this run, least recently run
+    first (``shape_history``; ``shape_capacity`` keeps the last of them)."""
     from superinfer.core import Params, Tenant, TenantTable
     from superinfer.sim.engine import SimConfig, Simulator
     from superinfer.sim.metrics import run_metrics
@@ -126,7 +129,7 @@ def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[flo
     params = Params(**knobs)
     zero = {"host_step": ("step_s",), "host_plan": ("plan_s", "plan_per_live_s"), "host_arrival": ("arrival_s",),
             "new_shape": ("new_shape_s",), "host_output": ("output_s", "output_per_seq_s"),
-            "host_waiting": ("waiting_s",),
+            "host_waiting": ("waiting_s",), "shape_capacity": ("shape_capacity",),
             "host_kv": ("park_call_s", "park_block_s", "load_s", "load_block_s", "sync_call_s", "sync_block_s")}
     for term, fields in zero.items():
         if term in off:
@@ -138,7 +141,7 @@ def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[flo
     cfg = SimConfig(policy=policy, max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=o["max_num_batched_tokens"],
                     b_xfer=o["b_xfer"], params=params, tenants=tenants, hbm_blocks=o["num_blocks"] - 1,
                     dram_blocks=o["host_blocks"], drain_s=o["drain"], seed=seed, host=host,
-                    shapes_run=frozenset() if "shape_history" in off else frozenset(int(n) for n in shapes_before),
+                    shapes_run=() if "shape_history" in off else tuple(int(n) for n in shapes_before),
                     sync_loads=policy in ROTA_POLICIES and o.get("load") != "async" and "sync_resume" not in off)
     tr = Simulator(w, cm, cfg).run()
     return run_metrics(tr, tenants, duration), tr

@@ -16,8 +16,9 @@ interpreter's and the model's working sets are cold. So:
   check (together 110-130 us from the arrival to ``add_request`` in a real run) and the cold ``add_request``
   (530-680 us after idling against 175-195 right after a step; docs/fidelity.md).
 
-``superinferd bench fidelity --rescore FILE --remeasure host_arrival,host_wake`` measures them now
-(:func:`remeasure`) in place of the recorded values.
+``superinferd bench fidelity --rescore FILE --remeasure host_arrival,host_wake,shape_capacity`` measures them
+(and the kernel cache's capacity, :mod:`superinfer.vllm.fidelity_shapes`) now (:func:`remeasure`) in place of
+the recorded values.
 """
 
 from __future__ import annotations
@@ -106,12 +107,15 @@ def wake_costs(llm: Any, prompt_tokens: int = 120, repeats: int = 8) -> tuple[tu
 
 
 #: the terms :func:`remeasure` can measure again, and the :class:`~superinfer.sim.host.HostCosts` fields each sets
-REMEASURABLE = {"host_arrival": ("arrival_s",), "host_wake": ("wake_idle_s", "wake_extra_s")}
+REMEASURABLE = {"host_arrival": ("arrival_s",), "host_wake": ("wake_idle_s", "wake_extra_s"),
+                "shape_capacity": ("shape_capacity",)}
 
 
-def measure(llm: Any, prompt_tokens: int, terms: tuple[str, ...] = tuple(REMEASURABLE)) -> dict[str, Any]:
+def measure(llm: Any, prompt_tokens: int, terms: tuple[str, ...], max_prompt: int, max_batch: int) -> dict[str, Any]:
     """The :class:`~superinfer.sim.host.HostCosts` fields of ``terms`` (of :data:`REMEASURABLE`), measured on
-    this open stock engine."""
+    this open stock engine (``max_prompt``, ``max_batch``: its longest prompt and batch in tokens)."""
+    from superinfer.vllm.fidelity_shapes import shape_capacity
+
     unknown = [t for t in terms if t not in REMEASURABLE]
     if unknown:
         raise ValueError(f"remeasure: {', '.join(unknown)} not one of {', '.join(REMEASURABLE)}")
@@ -120,6 +124,8 @@ def measure(llm: Any, prompt_tokens: int, terms: tuple[str, ...] = tuple(REMEASU
         out["arrival_s"] = arrival_after_step_s(llm, prompt_tokens)
     if "host_wake" in terms:
         out["wake_idle_s"], out["wake_extra_s"] = wake_costs(llm)
+    if "shape_capacity" in terms:  # last: it runs a few hundred new sizes
+        out["shape_capacity"] = shape_capacity(llm, max_prompt, max_batch)["shape_capacity"]
     return out
 
 
@@ -130,4 +136,4 @@ def remeasure(spec: Any, prompt_tokens: int, terms: tuple[str, ...], workdir: An
 
     stock = EngineSpec(**{**spec.__dict__, "policy": "vllm", "num_blocks": 128})
     with open_engine(stock, workdir) as llm:
-        return measure(llm, prompt_tokens, terms)
+        return measure(llm, prompt_tokens, terms, spec.max_model_len - 2, spec.max_num_batched_tokens)

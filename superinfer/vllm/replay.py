@@ -34,9 +34,10 @@ ENGINE_ENV: dict[str, str] = {
 ENGINE_POLICIES = ("vllm", "vllm-priority", "lvf-paper", "lvf")
 ROTA_POLICIES = ("lvf-paper", "lvf")  # RotaScheduler + DuplexKVConnector, core policy of that name
 
-#: every batch size in tokens that an engine of this process has run (insertion-ordered). On CPU the kernels
-#: are set up once per shape per *process* (a second engine in the same process runs a shape the first one
-#: ran at the warm cost; measured, docs/fidelity.md), so the twin's ``new_shape`` term starts a run from it.
+#: every batch size in tokens that an engine of this process has run, least recently run first. On CPU the
+#: kernels are set up once per shape per *process* (a second engine in the same process runs a shape the first
+#: one ran at the warm cost) and kept for the last few hundred sizes run (measured, docs/fidelity.md), so the
+#: twin's ``new_shape`` term starts a run from it.
 SHAPES_RUN: dict[int, None] = {}
 
 
@@ -113,12 +114,15 @@ def open_engine(spec: EngineSpec, workdir: Path) -> Iterator[Any]:
 
 
 def _record_shapes(llm: Any) -> None:
-    """Add every step's batch size in tokens to :data:`SHAPES_RUN` (the in-process engine core's executor)."""
+    """Record every step's batch size in tokens in :data:`SHAPES_RUN`, as its most recent (the in-process
+    engine core's executor)."""
     executor = llm.llm_engine.engine_core.engine_core.model_executor
     inner = executor.execute_model
 
     def execute_model(scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
-        SHAPES_RUN[int(scheduler_output.total_num_scheduled_tokens)] = None
+        size = int(scheduler_output.total_num_scheduled_tokens)
+        SHAPES_RUN.pop(size, None)  # most recently run last
+        SHAPES_RUN[size] = None
         return inner(scheduler_output, *args, **kwargs)
 
     executor.execute_model = execute_model

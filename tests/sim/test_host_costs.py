@@ -31,7 +31,7 @@ def calibration() -> Calibration:
 
 
 def twin(policy: str, arrivals: list[float], prompts: list[int], outputs: list[int], host: HostCosts,
-         hbm_blocks: int = 31, shapes_run: frozenset[int] = frozenset()) -> Simulator:
+         hbm_blocks: int = 31, shapes_run: tuple[int, ...] | frozenset[int] = ()) -> Simulator:
     """The fidelity twin's setting: the tiny engine's calibration, 32-token blocks, a loose SLO."""
     w = Workload.from_arrays(np.array(arrivals), np.array(prompts), np.array(outputs), duration_s=max(arrivals) + 1,
                              source="test")
@@ -47,7 +47,7 @@ def end_and_iterations(sim: Simulator) -> tuple[float, int]:
     return float(np.nanmax(tr.t_end)), tr.iterations
 
 
-TIMES = [f.name for f in fields(HostCosts) if not f.name.startswith("wake_")]
+TIMES = [f.name for f in fields(HostCosts) if not f.name.startswith("wake_") and f.name != "shape_capacity"]
 
 
 @pytest.mark.parametrize("bad", [-1e-3, math.nan, math.inf, "1"])
@@ -257,3 +257,36 @@ def test_a_new_batch_size_costs_the_shape_term_once_unless_the_process_ran_it_be
     some = frozenset(sorted(set(sizes))[:2])
     warm, _ = end_and_iterations(twin(*args, HostCosts(new_shape_s=1e-3), shapes_run=some))
     assert warm - base == pytest.approx((len(set(sizes)) - 2) * 1e-3, rel=1e-9)
+
+
+def test_the_shape_capacity_is_a_whole_count_and_no_time():
+    with pytest.raises(ValueError, match="shape_capacity"):
+        HostCosts(shape_capacity=1.5)
+    with pytest.raises(ValueError, match="shape_capacity"):
+        HostCosts(shape_capacity=-1)
+    assert scaled(calibration(), HostCosts(new_shape_s=1e-3, shape_capacity=256), 2.0)[1].shape_capacity == 256
+
+
+def test_with_a_shape_capacity_a_size_run_before_costs_the_set_up_again_once_evicted():
+    """Request 0 alone (prefill of 100, then decodes of 1), request 1 joins (51: its prefill and a decode),
+    both decode (2), request 1 finishes and request 0 decodes alone again (1). Keeping one size, 1 was evicted
+    by 51 and 2 and costs again; keeping every size, it does not. The sizes the process ran before are kept
+    too, least recently run first: with room for three of (100, 1, 51, 2), 100 is evicted and each size's
+    next run evicts the one that comes after it, so only the last 1 is warm."""
+    args = ("vllm", [0.0, 0.05], [100, 50], [40, 5])
+    sizes = batch_sizes(twin(*args, HostCosts()))
+    assert sizes[0] == 100 and sizes[1] == 1 and sizes.index(51) < sizes.index(2) < len(sizes) - 1
+    assert sizes[-1] == 1 and set(sizes) == {100, 1, 51, 2}
+    base, _ = end_and_iterations(twin(*args, HostCosts()))
+
+    def charged(capacity, before=()):
+        end, _ = end_and_iterations(twin(*args, HostCosts(new_shape_s=1e-3, shape_capacity=capacity), shapes_run=before))
+        return round((end - base) / 1e-3, 6)
+
+    assert charged(0) == 4 and charged(1) == 5 and charged(4) == 4
+    assert charged(0, (100, 1, 51, 2)) == 0 and charged(4, (100, 1, 51, 2)) == 0
+    assert charged(3, (100, 1, 51, 2)) == 4
+    assert charged(3, (51, 2, 100, 1)) == 2, "51 ran least recently and is not kept; it evicts 2 before 2 runs"
+    # running a kept size makes it the most recent: 100 runs warm, so 1 evicts 51, not 100 (first in, first out
+    # would evict 100 and charge once)
+    assert charged(3, (1, 100, 51, 2)) == 3

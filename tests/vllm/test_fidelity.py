@@ -67,6 +67,9 @@ def test_the_json_has_both_sides_and_the_error_for_every_run(fidelity: dict) -> 
     assert fidelity["host_terms"]["vllm"]["output_s"] > 0, "output processing measured outside the calibrated step"
     wake = fidelity["host_terms"]["vllm"]
     assert len(wake["wake_idle_s"]) == len(wake["wake_extra_s"]) == 5 and min(wake["wake_extra_s"]) >= 0
+    assert wake["arrival_s"] > 0
+    shapes = wake["shape_probe"]
+    assert wake["shape_capacity"] == shapes["shape_capacity"] >= 0 and len(shapes["extra_s"]) == len(shapes["distances"])
     probe = fidelity["host_terms"]["lvf"]["plan_probe"]
     assert probe["plan_timed"] > 0 and fidelity["host_terms"]["lvf"]["plan_s"] > 0, "the plugin timed its plans"
     kv, lvf = fidelity["host_terms"]["lvf"]["kv_probe"], fidelity["host_terms"]["lvf"]
@@ -104,24 +107,25 @@ def test_rescoring_the_recorded_runs_reproduces_the_twin_without_an_engine(fidel
     assert bad.returncode == 2 and "not a bench fidelity JSON" in bad.stderr
 
 
-def test_a_rescore_can_measure_the_arrival_and_wake_terms_again(fidelity: dict, tmp_path: Path) -> None:
-    """``--remeasure host_arrival,host_wake``: those terms measured now on the recorded settings, in every
+def test_a_rescore_can_measure_the_arrival_wake_and_shape_terms_again(fidelity: dict, tmp_path: Path) -> None:
+    """``--remeasure host_arrival,host_wake,shape_capacity``: those terms measured now on the recorded settings, in every
     policy's host terms, the recorded values kept beside them; every other term and the real runs as recorded."""
     out = tmp_path / "remeasured.json"
     base = [sys.executable, "-m", "superinfer.cli", "bench", "fidelity", "--rescore", str(fidelity["_path"]), "--no-ablate"]
-    proc = subprocess.run([*base, "--remeasure", "host_arrival,host_wake", "--json", str(out)], capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run([*base, "--remeasure", "host_arrival,host_wake,shape_capacity", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     again = json.loads(out.read_text())
     new = again["remeasured"]
-    assert new["terms"] == ["host_arrival", "host_wake"]
+    assert new["terms"] == ["host_arrival", "host_wake", "shape_capacity"]
     assert new["recorded"]["arrival_s"] == fidelity["host_terms"]["vllm"]["arrival_s"]
     assert 0 < new["values"]["arrival_s"] < 0.01 and len(new["values"]["wake_extra_s"]) == 5
+    assert new["values"]["shape_capacity"] >= 0
+    changed = ("arrival_s", "wake_extra_s", "shape_capacity")
     for policy, h in again["host_terms"].items():
         before = fidelity["host_terms"][policy]
-        assert h["arrival_s"] == new["values"]["arrival_s"] and h["wake_extra_s"] == new["values"]["wake_extra_s"]
-        assert {k: v for k, v in h.items() if k not in ("arrival_s", "wake_extra_s")} == \
-            {k: v for k, v in before.items() if k not in ("arrival_s", "wake_extra_s")}
+        assert all(h[k] == new["values"][k] for k in changed)
+        assert {k: v for k, v in h.items() if k not in changed} == {k: v for k, v in before.items() if k not in changed}
     assert [r["real"] for r in again["runs"]] == [r["real"] for r in fidelity["runs"]]
     bad = subprocess.run([*base, "--remeasure", "host_step"], capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "host_arrival, host_wake" in bad.stderr
+    assert bad.returncode == 2 and "host_arrival, host_wake, shape_capacity" in bad.stderr

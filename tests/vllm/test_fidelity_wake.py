@@ -1,4 +1,5 @@
-"""The arrival and wake probes' loop (no engine): idling as the replay idles, and the terms they can measure."""
+"""The arrival and wake probes' loop (no engine): idling as the replay idles, and the terms that can be measured
+again."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def test_an_arrival_already_due_does_not_sleep() -> None:
     assert time.perf_counter() - t0 < 0.005
 
 
-def test_only_the_arrival_and_wake_terms_can_be_measured_again() -> None:
-    assert set(fw.REMEASURABLE) == {"host_arrival", "host_wake"}
+def test_only_the_arrival_wake_and_shape_terms_can_be_measured_again() -> None:
+    assert set(fw.REMEASURABLE) == {"host_arrival", "host_wake", "shape_capacity"}
     with pytest.raises(ValueError, match="host_step"):
-        fw.measure(object(), 100, ("host_step",))
+        fw.measure(object(), 100, ("host_step",), 510, 2048)
