@@ -28,14 +28,16 @@ def _pp(x: float) -> str:
 @click.option("--seeds", default=5, show_default=True, type=click.IntRange(1, 100))
 @click.option("--static-trials", default=12, show_default=True, type=click.IntRange(2, 10000),
               help="Trials of each offline study (static_best/oracle, and the tuner's warm start).")
+@click.option("--study-seeds", default=2, show_default=True, type=click.IntRange(1, 100),
+              help="Seeds each study trial is evaluated on (more: less luck in the arms, proportionally slower).")
 @click.option("--eval-s", default=240.0, show_default=True, type=click.FloatRange(10.0, 86400.0),
               help="Seconds of each phase a study trial simulates.")
 @click.option("--control/--no-control", default=True, show_default=True, help="Also run the stationary control.")
 @click.option("--jobs", default=2, show_default=True, type=click.IntRange(1, 64), help="Worker processes.")
 @click.option("--json", "json_path", default=None, help="Write the result here ('-' for stdout).")
 @click.option("--plot-dir", default=None, type=click.Path(file_okay=False), help="Write the figures here.")
-def bench_tuner(scenario, workload, arrival, rps, model, hardware, seeds, static_trials, eval_s, control, jobs,
-                json_path, plot_dir) -> None:
+def bench_tuner(scenario, workload, arrival, rps, model, hardware, seeds, static_trials, study_seeds, eval_s, control,
+                jobs, json_path, plot_dir) -> None:
     """Does the online tuner beat the best static setting on shifting traffic? (twin, virtual time)"""
     from superinfer.tuner.bench.main import BenchSpec, run_bench
     from superinfer.tuner.offline.evaluate import TwinEnv
@@ -47,7 +49,7 @@ def bench_tuner(scenario, workload, arrival, rps, model, hardware, seeds, static
     env = TwinEnv()
     env = replace(env, model=model or scn.model, hardware=hardware or scn.hardware)
     spec = BenchSpec(scenario=scn if workload else scenario, control="stationary" if control else None, seeds=seeds,
-                     static_trials=static_trials, eval_s=eval_s, jobs=jobs, env=env)
+                     static_trials=static_trials, study_seeds=study_seeds, eval_s=eval_s, jobs=jobs, env=env)
     quiet = json_path == "-"
     res = run_bench(spec, progress=None if quiet else (lambda m: click.echo(m, err=True)))
     res["command"] = "superinferd bench tuner " + " ".join(sys.argv[3:])

@@ -3,7 +3,9 @@
 1. Two studies (``superinfer.tuner.offline.study``), in parallel: one of the judged scenario (its
    ``robust`` arm is ``static_best``, its phase arms are the ``oracle``'s), one of a *different* trace
    (``shifting-alt``: the tuner's warm start). Each evaluates every phase alone for ``eval_s`` seconds
-   on a seed no judged run uses (1000 and 2000), with ``static_trials`` trials; each study's sampler is
+   on ``study_seeds`` seeds no judged run uses (1000, 1001, ... and 2000, 2001, ...; two by default: on
+   one seed a 240-s phase that happened not to collapse ranked a setting that cannot recover from a
+   collapse, ``hopeless_last`` 0, best for chat, docs/tuner.md), with ``static_trials`` trials; each study's sampler is
    seeded with its own data seed, so the two propose different settings (on one sampler seed they
    proposed the same ones, and the warm start was not independent of the judged study).
 2. Every strategy on seeds ``0 .. seeds - 1`` of the scenario, and ``tuner`` and ``static_best`` on the
@@ -36,6 +38,7 @@ class BenchSpec:
     control: str | None = "stationary"
     seeds: int = 5
     static_trials: int = 12
+    study_seeds: int = 2
     eval_s: float = 240.0
     jobs: int = 2
     env: TwinEnv = field(default_factory=TwinEnv)
@@ -56,12 +59,15 @@ def run_bench(spec: BenchSpec, progress: Callable[[str], None] | None = None) ->
     env = spec.env
     knobs = spec.tuner.knobs
     start = start_setting(knobs)
-    studies = [StudySpec(env, scn, knobs, start, spec.static_trials, (1000,), spec.eval_s,
+    if spec.study_seeds < 1:
+        raise ValueError(f"study_seeds: expected >= 1, got {spec.study_seeds!r}")
+    main_seeds, warm_seeds = (tuple(range(base, base + spec.study_seeds)) for base in (1000, 2000))
+    studies = [StudySpec(env, scn, knobs, start, spec.static_trials, main_seeds, spec.eval_s,
                          study_name="bench-static", sampler_seed=1000),
-               StudySpec(env, get_scenario(spec.study_scenario), knobs, start, spec.static_trials, (2000,), spec.eval_s,
-                         study_name="bench-warm-start", sampler_seed=2000)]
+               StudySpec(env, get_scenario(spec.study_scenario), knobs, start, spec.static_trials, warm_seeds,
+                         spec.eval_s, study_name="bench-warm-start", sampler_seed=2000)]
     say(f"studies: {spec.static_trials} trials each on {scn.name} (static_best, oracle) and "
-        f"{spec.study_scenario} (the tuner's warm start), phases of {spec.eval_s:g} s")
+        f"{spec.study_scenario} (the tuner's warm start), phases of {spec.eval_s:g} s x {spec.study_seeds} seed(s)")
     with ProcessPoolExecutor(max_workers=max(1, min(spec.jobs, 2))) as pool:
         (main_arms, main_rep), (warm_arms, warm_rep) = list(pool.map(_study, [(s,) for s in studies]))
     t_studies = time.perf_counter() - t0
@@ -91,7 +97,8 @@ def run_bench(spec: BenchSpec, progress: Callable[[str], None] | None = None) ->
     if not scn.known_phases:
         res["oracle"] = "omitted: a recorded trace has no known phase boundaries"
     res["settings"] = {"scenario": scn.name, "study_scenario": spec.study_scenario, "control": spec.control,
-                       "seeds": spec.seeds, "static_trials": spec.static_trials, "eval_s": spec.eval_s,
+                       "seeds": spec.seeds, "static_trials": spec.static_trials, "study_seeds": spec.study_seeds,
+                       "eval_s": spec.eval_s,
                        "jobs": spec.jobs, "model": env.model, "hardware": env.hardware, "bin_s": spec.bin_s,
                        "tuner": {k: getattr(spec.tuner, k) for k in spec.tuner.__dataclass_fields__},
                        "start": start, "static_best": static, "oracle": oracle,
