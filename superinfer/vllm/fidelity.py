@@ -79,6 +79,26 @@ def _host_terms(o: dict[str, Any], policies: list[str], rates: list[float], slo:
     return host
 
 
+def measure_shape_capacity(o: dict[str, Any], host: dict[str, dict[str, Any]], workdir: Path) -> None:
+    """``shape_capacity`` (:func:`superinfer.vllm.fidelity_shapes.shape_capacity`) on a stock engine of these
+    settings, into every policy's host terms (and its probe as ``shape_probe``). Run after the engine runs: the
+    probe runs a few hundred new batch sizes, and the runs should not start from a kernel cache it filled (on
+    the run of 2026-12-01 11:00, with the probe first, the engine was 2.0 ms slower than the twin on the steps
+    the twin priced as cold; not shown to be the probe's doing, docs/fidelity.md)."""
+    from superinfer.vllm.fidelity_shapes import shape_capacity
+    from superinfer.vllm.replay import EngineSpec, open_engine
+
+    spec = EngineSpec(model=o["model"], block_size=o["block_size"], max_model_len=o["max_model_len"],
+                      max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=o["max_num_batched_tokens"],
+                      num_blocks=128)
+    click.echo("measuring the kernel cache's capacity (shape_capacity) ...", err=True)
+    with open_engine(spec, workdir) as llm:
+        probe = shape_capacity(llm, o["max_model_len"] - 2, o["max_num_batched_tokens"])
+    for h in host.values():
+        h["host"] = replace(h["host"], shape_capacity=probe["shape_capacity"])
+        h["shape_probe"] = probe
+
+
 def _host_json(host: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {p: {**asdict(h["host"]), **{k: v for k, v in h.items() if k != "host"}} for p, h in host.items()}
 
@@ -266,6 +286,7 @@ def bench_fidelity(**o: Any) -> None:
             host = _host_terms(o, policies, rates, slo, workdir)
             copy_s = copy_s_per_block(o["model"], o["block_size"])
             rows = _engine_runs(o, rates, policies, slo, host, workdir)
+            measure_shape_capacity(o, host, workdir)
         run_o, slo_info = o, {"ttft_slo_s": slo[0], "tbt_slo_s": slo[1], "measured": measured}
         command = "superinferd bench fidelity " + " ".join(sys.argv[3:])
     cal = _twin_calibration(cal_info["coefficients"], run_o["block_size"], copy_s, Path(run_o["model"]).name)

@@ -24,8 +24,8 @@ here on the same engine settings, apart from the runs the twin is compared with:
 * ``wake_idle_s`` / ``wake_extra_s`` -- a request's arrival to its first token after the engine sat idle
   (slept as the replay sleeps), minus the same back to back, at a few idle times
   (:func:`superinfer.vllm.fidelity_wake.wake_costs`);
-* ``shape_capacity`` -- how many batch sizes the engine keeps set up
-  (:func:`superinfer.vllm.fidelity_shapes.shape_capacity`);
+* ``shape_capacity`` is measured after the runs (:func:`superinfer.vllm.fidelity.measure_shape_capacity`):
+  its probe runs a few hundred new sizes, and the runs should not start from a kernel cache it filled;
 * the KV copy time per block (:func:`copy_s_per_block`): the connector's CPU copy path (one ``copy_`` per
   layer, K and V, and block, as DuplexKV's torch backend runs it) timed on the model's block shape.
 
@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 
 from superinfer.sim.engine import HostCosts
-from superinfer.vllm.fidelity_shapes import shape_capacity
 from superinfer.vllm.fidelity_wake import arrival_after_step_s, wake_costs
 from superinfer.vllm.replay import ROTA_POLICIES, EngineSpec, open_engine
 
@@ -247,7 +246,6 @@ def measure_host_costs(spec: EngineSpec, policies: list[str], prompt_tokens: int
     params = {**spec.params, "max_rotations": 0}
     steps: dict[str, dict[str, float]] = {}
     arrival = shape = 0.0
-    shapes: dict[str, Any] = {"shape_capacity": 0}
     wake: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
     for policy in dict.fromkeys(["vllm", *policies]):
         free = EngineSpec(**{**spec.__dict__, "policy": policy, "num_blocks": 4 * per_req + 8})
@@ -257,7 +255,6 @@ def measure_host_costs(spec: EngineSpec, policies: list[str], prompt_tokens: int
             if policy == "vllm":
                 shape = _new_shape_s(llm)
                 arrival, wake = arrival_after_step_s(llm, prompt_tokens), wake_costs(llm)
-                shapes = shape_capacity(llm, spec.max_model_len - 2, spec.max_num_batched_tokens)
         with open_engine(blocked, workdir) as llm:
             # the median of three probes: one probe of stock vLLM measured 0, 50, 280 and 608 us (docs/fidelity.md)
             steps[policy] = {"policy": quiet, "waiting": _repeated_step(llm, WAITING_REPEATS, waiting_prompt)}
@@ -268,7 +265,6 @@ def measure_host_costs(spec: EngineSpec, policies: list[str], prompt_tokens: int
         step_s = max(0.0, st["policy"] - steps["vllm"]["policy"]) if policy in ROTA_POLICIES else 0.0
         out[policy] = {"host": HostCosts(step_s=step_s, arrival_s=arrival, new_shape_s=shape, output_s=out_a,
                                          output_per_seq_s=out_b, waiting_s=max(0.0, st["waiting"] - st["policy"]),
-                                         wake_idle_s=wake[0], wake_extra_s=wake[1],
-                                         shape_capacity=shapes["shape_capacity"]),
-                       "median_step_s": {**st, "stock": steps["vllm"]["policy"]}, "shape_probe": shapes}
+                                         wake_idle_s=wake[0], wake_extra_s=wake[1]),
+                       "median_step_s": {**st, "stock": steps["vllm"]["policy"]}}
     return out
