@@ -14,7 +14,9 @@ arrival time, the knob trajectory and the controller's decisions.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -61,7 +63,7 @@ def run_task(task: RunTask) -> dict[str, Any]:
     start = start_setting(knobs)
     cfg = env.sim_config(table, start, task.seed)
     schedule: list[tuple[float, dict[str, float]]] = []
-    factory = None
+    factory: Callable[[Callable], Controller] | None = None
     decisions: list[dict] = []
     if task.strategy == "static_best":
         schedule = [(0.0, dict(task.static))]
@@ -75,9 +77,7 @@ def run_task(task: RunTask) -> dict[str, Any]:
         # tuner seed for every data seed, all runs tried the same local steps in the same order
         tcfg = replace(task.tuner, seed=task.tuner.seed + task.seed)
 
-        def factory(writer):
-            return Controller(tcfg, tenants, start, writer=writer, arms=arms, now=0.0,
-                              on_decision=lambda d: decisions.append(d.as_dict()))
+        factory = partial(_controller, tcfg, tenants, start, arms, decisions)
     elif task.strategy != "paper":
         raise ValueError(f"unknown strategy {task.strategy!r}; valid: {', '.join(STRATEGIES)}")
     res = replay(w, env.cost_model(), cfg, schedule=schedule, controller_factory=factory)
@@ -101,6 +101,13 @@ def run_task(task: RunTask) -> dict[str, Any]:
         out["exploration_fraction"] = c.explore_s / c.observed_s if c.observed_s > 0 else 0.0
     out["wall_s"] = time.perf_counter() - t0
     return out
+
+
+def _controller(cfg: TunerConfig, tenants: dict, start: dict, arms: Arms, decisions: list[dict],
+                writer: Callable) -> Controller:
+    """The tuner of one run, its decisions appended to ``decisions``."""
+    return Controller(cfg, tenants, start, writer=writer, arms=arms, now=0.0,
+                      on_decision=lambda d: decisions.append(d.as_dict()))
 
 
 def _phases(t_arr: np.ndarray, ok: np.ndarray, ten: np.ndarray, table, bounds) -> list[dict]:
