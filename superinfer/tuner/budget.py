@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-HOUR_S = 3600.0
+from superinfer.tuner.freeze import HOUR_S
 
 
 class ExplorationBudget:

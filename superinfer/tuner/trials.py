@@ -36,7 +36,7 @@ import math
 from superinfer.tuner import stats
 from superinfer.tuner.decisions import Trial
 from superinfer.tuner.objective import Score
-from superinfer.tuner.switchback import CANDIDATE, INCUMBENT, Switchback
+from superinfer.tuner.switchback import CANDIDATE, INCUMBENT, Switchback, combine
 
 
 class TrialRunner:
@@ -167,14 +167,12 @@ class TrialRunner:
         gain = None if base is None else cand.value - base.value
         self._end_trial(now, "rollback", why, write_back=True, gain=gain)
 
-    def _charge(self, now: float, tr: Trial, scores: tuple[Score, Score] | None) -> None:
+    def _charge(self, now: float, tr: Trial, provisional: bool) -> None:
         """Charge a local trial's realised loss to the exploration budget: the incumbent's baseline
-        before it against what both sides served (provisional scores when the trial ended early)."""
-        cand, base = scores if scores is not None else self._scores(now, provisional=True)
-        sides = [(s.value, s.decided) for s in (cand, base) if s.decided > 0]
-        n = sum(d for _, d in sides)
-        served = sum(v * d for v, d in sides) / n if n > 0 else None
-        self.budget.charge(now, tr.baseline, served, now - tr.started)
+        before it against what both sides served, one score over all their slots (provisional when the
+        trial ended before its verdict)."""
+        served = combine(tr.sb.windows[CANDIDATE] + tr.sb.windows[INCUMBENT], self.m, now, provisional)
+        self.budget.charge(now, tr.baseline, served.value, now - tr.started)
 
     def _end_trial(self, now: float, outcome: str, reason: str, *, write_back: bool, gain: float | None,
                    scores: tuple[Score, Score] | None = None) -> None:
@@ -182,7 +180,7 @@ class TrialRunner:
         if tr is None:
             return
         if tr.arm == "local":
-            self._charge(now, tr, scores)
+            self._charge(now, tr, provisional=scores is None)
         self.trial = None
         self.counts["trials"][outcome] = self.counts["trials"].get(outcome, 0) + 1
         if tr.number is not None:
