@@ -50,20 +50,32 @@ def _calibration(o: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
                  "fit_mape_pct": 100 * fit_mape(coef, samples)}
 
 
+def _stock_spec(o: dict[str, Any], **extra: Any) -> Any:
+    """An :class:`~superinfer.vllm.replay.EngineSpec` of stock vLLM with the run's engine settings (``extra``
+    overrides or adds fields)."""
+    from superinfer.vllm.replay import EngineSpec
+
+    return EngineSpec(model=o["model"], policy="vllm", block_size=o["block_size"], max_model_len=o["max_model_len"],
+                      max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=o["max_num_batched_tokens"], **extra)
+
+
+def _median_prompt(o: dict[str, Any], rate: float) -> int:
+    """The median prompt length (tokens) of the run's requests at ``rate``, seed 0 (what the host probes use)."""
+    _, _, prompt, _, _ = _requests(o["workload"], o["arrival"], rate, o["duration"], 0, o["max_model_len"])
+    return int(np.median(prompt))
+
+
 def _host_terms(o: dict[str, Any], policies: list[str], rates: list[float], slo: tuple[float, float],
                 workdir: Path) -> dict[str, dict[str, Any]]:
     """The host terms per policy (:mod:`superinfer.vllm.fidelity_host`): the step probes, and for the
     plugin's policies the plan line and the KV connector's lines (``host_kv``) from a probe replay of the
     workload at the highest rate, on a seed no compared run uses."""
     from superinfer.vllm.fidelity_host import kv_lines, measure_host_costs, plan_line
-    from superinfer.vllm.replay import ROTA_POLICIES, EngineSpec
+    from superinfer.vllm.replay import ROTA_POLICIES
 
-    spec = EngineSpec(model=o["model"], policy="vllm", block_size=o["block_size"], max_model_len=o["max_model_len"],
-                      max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=o["max_num_batched_tokens"],
-                      params={"ttft_slo": slo[0], "tbt_slo": slo[1], "b_xfer": o["b_xfer"]},
-                      host_blocks=o["host_blocks"], load=o.get("load"))
-    _, _, prompt, _, _ = _requests(o["workload"], o["arrival"], rates[0], o["duration"], 0, o["max_model_len"])
-    host = measure_host_costs(spec, policies, int(np.median(prompt)), workdir)
+    spec = _stock_spec(o, params={"ttft_slo": slo[0], "tbt_slo": slo[1], "b_xfer": o["b_xfer"]},
+                       host_blocks=o["host_blocks"], load=o.get("load"))
+    host = measure_host_costs(spec, policies, _median_prompt(o, rates[0]), workdir)
     probe_o = {**o, "rps": max(rates), "duration": min(float(o["duration"]), 10.0)}
     for policy in policies:
         if policy not in ROTA_POLICIES:
@@ -86,11 +98,9 @@ def measure_shape_capacity(o: dict[str, Any], host: dict[str, dict[str, Any]], w
     the run of 2026-12-01 11:00, with the probe first, the engine was 2.0 ms slower than the twin on the steps
     the twin priced as cold; not shown to be the probe's doing, docs/fidelity.md)."""
     from superinfer.vllm.fidelity_shapes import shape_capacity
-    from superinfer.vllm.replay import EngineSpec, open_engine
+    from superinfer.vllm.replay import open_engine
 
-    spec = EngineSpec(model=o["model"], block_size=o["block_size"], max_model_len=o["max_model_len"],
-                      max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=o["max_num_batched_tokens"],
-                      num_blocks=128)
+    spec = _stock_spec(o, num_blocks=128)
     click.echo("measuring the kernel cache's capacity (shape_capacity) ...", err=True)
     with open_engine(spec, workdir) as llm:
         probe = shape_capacity(llm, o["max_model_len"] - 2, o["max_num_batched_tokens"])
@@ -116,19 +126,15 @@ def _remeasure(o: dict[str, Any], host: dict[str, dict[str, Any]], names: str) -
     engine of the recorded settings, and put them in every policy's :class:`HostCosts` of ``host``; returns
     the new values and the recorded ones they replace (``--rescore --remeasure``)."""
     from superinfer.vllm.fidelity_wake import REMEASURABLE, remeasure
-    from superinfer.vllm.replay import EngineSpec
 
     terms = tuple(t.strip() for t in names.split(",") if t.strip())
     unknown = [t for t in terms if t not in REMEASURABLE]
     if not terms or unknown:
         raise click.BadParameter(f"{names!r}: terms are {', '.join(REMEASURABLE)}", param_hint="--remeasure")
     rate = float(str(o.get("rates") or o["rps"]).split(",")[0])
-    _, _, prompt, _, _ = _requests(o["workload"], o["arrival"], rate, o["duration"], 0, o["max_model_len"])
-    spec = EngineSpec(model=o["model"], block_size=o["block_size"], max_model_len=o["max_model_len"],
-                      max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=o["max_num_batched_tokens"])
     click.echo(f"measuring {', '.join(terms)} now ...", err=True)
     with tempfile.TemporaryDirectory() as tmp:
-        values = remeasure(spec, int(np.median(prompt)), terms, Path(tmp))
+        values = remeasure(_stock_spec(o), _median_prompt(o, rate), terms, Path(tmp))
     first = next(iter(host.values()))["host"]
     recorded = {k: getattr(first, k) for k in values}
     for h in host.values():
