@@ -145,6 +145,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "max_rollbacks_per_hour": Key("int", 3, "freeze after this many rollbacks in an hour", 1, 1000),
         "explore_budget": Key("float", 0.01, "local steps may lose at most this share of the attainment over the "
                               "last hour (realised losses); 0: only the arms file's settings are tried", 0, 1),
+        "jump_gain": Key("float", 0.1, "a phase's arm is adopted without a trial when the arms file's study "
+                         "measured at least this gain over the incumbent's setting in that phase; 1: never", 0, 1,
+                         lo_open=True),
         "arm_test": Key("choice", "unless_worse", "verdict on an arms-file setting: unless_worse (adopted unless "
                         "the trial shows it worse) or noninferiority (the trial must show it is not worse)",
                         choices=("unless_worse", "noninferiority")),

@@ -66,7 +66,7 @@ def tuner_config(cfg: Config) -> TunerConfig:
                        step_caps=dict(g("tuner", "step_caps")), guard_margin=g("tuner", "guard_margin"),
                        alpha=g("tuner", "alpha"), max_rollbacks_per_hour=g("tuner", "max_rollbacks_per_hour"),
                        explore_budget=g("tuner", "explore_budget"), arm_test=g("tuner", "arm_test"),
-                       seed=g("tuner", "seed"))
+                       jump_gain=g("tuner", "jump_gain"), seed=g("tuner", "seed"))
 
 
 def storage_for(cfg: Config) -> str | None:
@@ -204,7 +204,7 @@ class TunerService:
             log.info("tuner %s: %s", d.action, d.reason)
         if self.metrics is not None:
             self.metrics.decision(d)
-        if d.action in ("accept", "reject", "rollback", "abort", "freeze", "unfreeze", "mode", "adopt"):
+        if d.action in ("accept", "reject", "rollback", "abort", "freeze", "unfreeze", "mode", "adopt", "jump"):
             self._save(d.t)
 
     def _save(self, now: float) -> None:

@@ -5,15 +5,19 @@ JSON, version 1::
     {"version": 1, "kind": "superinfer-tuner-arms",
      "robust": {"params": {knob: value}, "score": 0.91},          # best over the whole study trace
      "phases": {"chat": {"params": {...}, "score": 0.93,          # best for that phase
-                         "features": {"log_rate": 1.6, "share:chat": 1.0, ...}}, ...},
+                         "features": {"log_rate": 1.6, "share:chat": 1.0, ...},
+                         "versus": {"start": 0.40, "bursts": 0.91, ...}}, ...},
+     "start": {"params": {...}},                                  # the setting the study started from
      "source": {...}}                                             # how it was made (free form)
 
 ``score`` is the study's objective (weighted share of requests meeting both SLOs) for that setting on
-that stretch of the study trace; the online tuner uses it as the expectation an arm must live up to
-after a jump. ``features`` are the phase's mean workload features (``superinfer.tuner.phase``).
-Invariants of :func:`load_arms`: every setting names only knobs of ``PARAM_BOUNDS``, each within its
-bounds (integers where the core says so); scores are within [0, 1]; anything else raises
-:class:`ArmsError` naming the file and the key.
+that stretch of the study trace. ``features`` are the phase's mean workload features
+(``superinfer.tuner.phase``). ``versus`` (optional): the study's scores, in that phase, of the start
+setting and of the other phases' arms; with them the online tuner knows what the study predicts for
+its incumbent in the phase, so the study's gain from a jump (:meth:`Arms.prior`). Invariants of
+:func:`load_arms`: every setting names only knobs of ``PARAM_BOUNDS``, each within its bounds (integers
+where the core says so); scores are within [0, 1]; ``versus`` names only ``start`` and the file's
+phases; anything else raises :class:`ArmsError` naming the file and the key.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +46,7 @@ class Arm:
     params: dict[str, float]
     score: float | None = None
     features: dict[str, float] = field(default_factory=dict)
+    versus: dict[str, float] = field(default_factory=dict)  # the study's scores of other settings here
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"params": dict(self.params)}
@@ -49,6 +54,8 @@ class Arm:
             out["score"] = self.score
         if self.features:
             out["features"] = dict(self.features)
+        if self.versus:
+            out["versus"] = dict(self.versus)
         return out
 
 
@@ -58,14 +65,30 @@ class Arms:
     phases: dict[str, Arm]
     source: dict[str, Any] = field(default_factory=dict)
     path: str = ""
+    start: Arm | None = None  # the setting the study started from (its scores: ``versus["start"]``)
 
     def centroids(self) -> dict[str, dict[str, float]]:
         return {n: a.features for n, a in self.phases.items() if a.features}
 
+    def prior(self, phase: str, setting: Mapping[str, float], same: Callable[[dict, dict], bool]) -> float | None:
+        """The study's score in ``phase`` of ``setting``, when it is the start or one of the phases' arms
+        (``same`` compares two full settings) and the file has that score; else None."""
+        arm = self.phases.get(phase)
+        if arm is None:
+            return None
+        named = ([("start", self.start)] if self.start is not None else []) + sorted(self.phases.items())
+        for name, other in named:
+            if same(merge_params(setting, other), dict(setting)):
+                return arm.score if name == phase else arm.versus.get(name)
+        return None
+
     def as_dict(self) -> dict[str, Any]:
-        return {"version": ARMS_VERSION, "kind": ARMS_KIND,
-                "robust": self.robust.as_dict() if self.robust else None,
-                "phases": {n: a.as_dict() for n, a in sorted(self.phases.items())}, "source": self.source}
+        out = {"version": ARMS_VERSION, "kind": ARMS_KIND,
+               "robust": self.robust.as_dict() if self.robust else None,
+               "phases": {n: a.as_dict() for n, a in sorted(self.phases.items())}, "source": self.source}
+        if self.start is not None:
+            out["start"] = {"params": dict(self.start.params)}
+        return out
 
 
 def _setting(where: str, raw: Any) -> dict[str, float]:
@@ -87,7 +110,7 @@ def _setting(where: str, raw: Any) -> dict[str, float]:
 def _arm(where: str, name: str, raw: Any) -> Arm:
     if not isinstance(raw, dict):
         raise ArmsError(f"{where}: expected an object with params")
-    unknown = set(raw) - {"params", "score", "features", "default_score", "trials"}
+    unknown = set(raw) - {"params", "score", "features", "versus", "default_score", "trials"}
     if unknown:
         raise ArmsError(f"{where}: unknown key(s) {sorted(unknown)}")
     params = _setting(f"{where}.params", raw.get("params"))
@@ -98,7 +121,12 @@ def _arm(where: str, name: str, raw: Any) -> Arm:
     if not isinstance(feats, dict) or any(isinstance(v, bool) or not isinstance(v, (int, float))
                                           or not math.isfinite(v) for v in feats.values()):
         raise ArmsError(f"{where}.features: expected an object of finite numbers")
-    return Arm(name, params, None if score is None else float(score), {k: float(v) for k, v in feats.items()})
+    versus = raw.get("versus", {})
+    if not isinstance(versus, dict) or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1
+                                           for v in versus.values()):
+        raise ArmsError(f"{where}.versus: expected an object of scores within [0, 1]")
+    return Arm(name, params, None if score is None else float(score), {k: float(v) for k, v in feats.items()},
+               {str(k): float(v) for k, v in versus.items()})
 
 
 def arms_from_dict(data: Any, path: str = "<arms>") -> Arms:
@@ -107,7 +135,7 @@ def arms_from_dict(data: Any, path: str = "<arms>") -> Arms:
     if data.get("version") != ARMS_VERSION or data.get("kind") != ARMS_KIND:
         raise ArmsError(f"{path}: expected kind {ARMS_KIND!r} version {ARMS_VERSION}, got kind "
                         f"{data.get('kind')!r} version {data.get('version')!r}")
-    unknown = set(data) - {"version", "kind", "robust", "phases", "source"}
+    unknown = set(data) - {"version", "kind", "robust", "phases", "source", "start"}
     if unknown:
         raise ArmsError(f"{path}: unknown key(s) {sorted(unknown)}")
     robust = None if data.get("robust") is None else _arm(f"{path}: robust", "robust", data["robust"])
@@ -115,8 +143,13 @@ def arms_from_dict(data: Any, path: str = "<arms>") -> Arms:
     if not isinstance(phases_raw, dict):
         raise ArmsError(f"{path}: phases: expected an object of phase name -> arm")
     phases = {str(n): _arm(f"{path}: phases.{n}", str(n), a) for n, a in phases_raw.items()}
+    for n, a in phases.items():
+        stray = sorted(set(a.versus) - set(phases) - {"start"})
+        if stray:
+            raise ArmsError(f"{path}: phases.{n}.versus: unknown setting(s) {stray}; expected start or a phase name")
+    start = None if data.get("start") is None else _arm(f"{path}: start", "start", data["start"])
     source = data.get("source", {})
-    return Arms(robust, phases, source if isinstance(source, dict) else {}, path)
+    return Arms(robust, phases, source if isinstance(source, dict) else {}, path, start)
 
 
 def load_arms(path: str | os.PathLike[str]) -> Arms:

@@ -49,6 +49,13 @@ class TunerConfig:
       ``phase_max_distance``: farther than this from every phase of the arms file is "unknown";
       ``classify_slots``: slots after a change before the phase is named (and jumped to).
     * ``gamma``, ``explore_threshold``: the bandit (``superinfer.tuner.bandit``); ``seed``.
+    * ``jump_gain``: after a phase is named, its offline arm is adopted at once, without a trial (a
+      *jump*), when the arms file says what the study measured in that phase for the incumbent's setting
+      (the start or another phase's arm) and the arm beat it there by at least this much (attainment);
+      then the arm's first window is checked against the study's score for the setting it replaced, and
+      a live score below that brings a switchback trial of that setting (``revert:<phase>``). Otherwise
+      (no such score, a smaller gain, or 1: never) the arm is tried as before. Default 0.1, twice
+      the guard's margin.
     * ``explore_budget``: local steps may lose at most this share of the attainment over the last hour
       (``superinfer.tuner.budget``; realised losses, attainment-seconds); spent, none is offered. 0: no
       local steps (only the offline study's arms).
@@ -83,6 +90,7 @@ class TunerConfig:
     gamma: float = 0.9
     explore_threshold: float = 0.25
     explore_budget: float = 0.01
+    jump_gain: float = 0.1
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -115,6 +123,9 @@ class TunerConfig:
         b = self.explore_budget
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 <= b <= 1:
             raise TunerConfigError(f"explore_budget: expected a share in [0, 1], got {b!r}")
+        j = self.jump_gain
+        if isinstance(j, bool) or not isinstance(j, (int, float)) or not 0 < j <= 1:
+            raise TunerConfigError(f"jump_gain: expected a gain in (0, 1] (1: never jump), got {j!r}")
         if self.arm_test not in ARM_TESTS:
             raise TunerConfigError(f"arm_test: expected one of {', '.join(ARM_TESTS)}, got {self.arm_test!r}")
         if self.test_unit not in ("slot", "request"):

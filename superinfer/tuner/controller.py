@@ -15,11 +15,14 @@ measurement is the baseline, so the next proposal may follow the cooldown).
 candidate as a recommendation; ``auto`` runs trials. A Page-Hinkley alarm on the workload features
 (``superinfer.tuner.phase``) aborts a running trial, forgets the baseline, resets the bandit, measures
 the incumbent in the new traffic for ``classify_slots`` slots, names the phase from the arms file and, in
-``auto``, jumps to that phase's arm (a switchback trial of it, tested for non-inferiority).
+``auto``, goes to that phase's arm: at once (a *jump*) when the study measured a gain of at least
+``jump_gain`` over the incumbent's setting in that phase, the arm's first window then checked against the
+study's score for the replaced setting (below it: a ``revert:<phase>`` trial of that setting); else by a
+switchback trial of the arm (adopted unless the trial shows it worse).
 
 Invariants: every setting written is within ``PARAM_BOUNDS``, and is either the incumbent or a candidate
-that moves no tuned knob by more than its step cap from the incumbent (``arm_step_factor`` caps for an
-offline study's arm; ``KnobSpace``); at most one trial runs at a time; a rollback writes the incumbent in
+(or jumped-to arm) that moves no tuned knob by more than its step cap from the incumbent
+(``arm_step_factor`` caps for an offline study's arm and a revert of one; ``KnobSpace``); at most one trial runs at a time; a rollback writes the incumbent in
 the same :meth:`tick` in which the guard fired.
 """
 
@@ -80,6 +83,9 @@ class Controller(OperatorControls, TrafficTracking, TrialRunner):
         self.decision_count = 0
         self.trial: Trial | None = None
         self.candidate: dict[str, float] | None = None  # the trial's setting, or advise's recommendation
+        # after a jump, until its first window is checked: (the replaced setting, the study's score for it
+        # in the phase, the epoch, the phase)
+        self.jumped: tuple[dict[str, float], float, int, str] | None = None
         self.baseline: Score | None = None  # the incumbent's last measurement in this traffic
         self.baseline_epoch = -1
         self.proposable = False
@@ -93,7 +99,7 @@ class Controller(OperatorControls, TrafficTracking, TrialRunner):
         self.pending_classify: int | None = cfg.classify_slots  # at start, as after a change: name, jump
         self.classify_tries = 0
         self.recent: deque[dict[str, float]] = deque(maxlen=max(1, int(math.ceil(cfg.window_s / cfg.slot_s))))
-        self.counts = {"trials": {}, "rollbacks": {}, "phase_changes": 0, "windows": 0}
+        self.counts = {"trials": {}, "rollbacks": {}, "phase_changes": 0, "windows": 0, "jumps": 0}
         self.objective: dict[str, float | None] = {"incumbent": None, "candidate": None}
         self.explore_s = 0.0
         self.observed_s = 0.0
@@ -161,6 +167,8 @@ class Controller(OperatorControls, TrafficTracking, TrialRunner):
         self.state = "observe"
         if self.proposable and self.baseline is not None and self.baseline_epoch == self.epoch:
             self.proposable = False
+            if self.jumped is not None and self._check_jump(now, self.baseline):
+                return
             self._choose(now)
 
     def _choose(self, now: float) -> None:

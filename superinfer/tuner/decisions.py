@@ -8,7 +8,7 @@ from typing import Any
 from superinfer.tuner.switchback import Switchback
 
 #: every ``action`` a decision may carry
-ACTIONS = ("mode", "freeze", "unfreeze", "adopt", "phase", "hold", "propose", "advise", "trial", "accept",
+ACTIONS = ("mode", "freeze", "unfreeze", "adopt", "phase", "hold", "propose", "advise", "trial", "jump", "accept",
            "reject", "rollback", "abort")
 
 

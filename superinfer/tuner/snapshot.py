@@ -66,6 +66,7 @@ def status(c: Controller, now: float, to_wall: Clock = lambda t: t, last: int = 
         "trials": dict(c.counts["trials"]),
         "rollbacks": dict(c.counts["rollbacks"]),
         "phase_changes": c.counts["phase_changes"],
+        "jumps": c.counts["jumps"],
         "requests_seen": c.m.arrivals_total,
         "exploration_fraction": round(c.explore_s / c.observed_s, 4) if c.observed_s > 0 else 0.0,
         "test": test_description(c),
@@ -85,6 +86,8 @@ def test_description(c: Controller) -> dict[str, Any]:
                      if cfg.arm_test == "unless_worse"
                      else f"non-inferiority within {cfg.noninferiority_margin}"),
         "arm_test": cfg.arm_test,
+        "jump": (f"a phase's arm adopted without a trial when the study's gain over the incumbent's setting there "
+                 f"is at least {cfg.jump_gain}" if cfg.jump_gain < 1 else "never: every arm is tried"),
         "unit": cfg.test_unit,
         "alpha": cfg.alpha, "min_requests": cfg.min_requests,
         "detectable_at_0.9": round(stats.detectable_delta(cfg.min_requests, 0.9, cfg.alpha), 4),
@@ -111,7 +114,7 @@ def dump(c: Controller, now: float, to_wall: Clock, profile_mode: str) -> dict[s
         "trust_radius": c.local.radius,
         "incumbent": c.space.values(c.incumbent),
         "counts": {"trials": dict(c.counts["trials"]), "rollbacks": dict(c.counts["rollbacks"]),
-                   "phase_changes": c.counts["phase_changes"],
+                   "phase_changes": c.counts["phase_changes"], "jumps": c.counts["jumps"],
         "requests_seen": c.m.arrivals_total, "windows": c.counts["windows"]},
         "last_decisions": [decision_dict(d, to_wall) for d in list(c.decisions)[-20:]],
         "saved_at": round(to_wall(now), 3),
@@ -148,7 +151,7 @@ def restore(c: Controller, data: Any, now: float, from_wall: Clock, profile_mode
         for key in ("trials", "rollbacks"):
             if isinstance(counts.get(key), dict):
                 c.counts[key] = {str(k): int(v) for k, v in counts[key].items() if isinstance(v, int)}
-        for key in ("phase_changes", "windows"):
+        for key in ("phase_changes", "windows", "jumps"):
             if isinstance(counts.get(key), int):
                 c.counts[key] = counts[key]
     for d in data.get("last_decisions", []):

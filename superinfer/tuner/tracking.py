@@ -1,6 +1,7 @@
 """What the controller does with the traffic itself: feature slots into Page-Hinkley, a detected
 change (abort the trial, forget the baseline, measure afresh), naming the phase from the arms file and
-jumping to its arm, and the low-load freeze.
+going to its arm (at once when the study's gain over the incumbent there is at least ``jump_gain``,
+else by a trial), and the low-load freeze.
 
 A mixin of :class:`~superinfer.tuner.controller.Controller` (it uses the controller's state and its
 ``_end_trial``, ``_propose``, ``_log`` and ``_frozen_now``); kept apart so each file has one job.
@@ -65,7 +66,18 @@ class TrafficTracking:
                                    self.cfg.arm_step_factor)
         if self.space.same(target, self.incumbent):
             return
-        self._propose(now, f"arm:{name}", target, why=f"jump to the study's arm for phase {name}")
+        arm = self.arms.phases[name]
+        here = self.arms.prior(name, self.incumbent, self.space.same)
+        gain = None if here is None or arm.score is None else arm.score - here
+        full = self.space.same(target, merge_params(self.incumbent, arm))  # not cut short by the step caps
+        if gain is not None and full and self.cfg.jump_gain < 1 and gain >= self.cfg.jump_gain:
+            self._jump(now, name, target, arm.score, here)
+            return
+        why = f"jump to the study's arm for phase {name}"
+        if gain is not None:
+            why += f" (the study's gain {gain:+.3f} over the incumbent here; " + \
+                ("below jump_gain)" if full else "more than the step caps allow in one decision)")
+        self._propose(now, f"arm:{name}", target, why=why)
 
     def _load_check(self, now: float) -> None:
         rate = rate_of(list(self.recent))

@@ -41,7 +41,7 @@ from superinfer.tuner.switchback import CANDIDATE, INCUMBENT, Switchback, combin
 
 class TrialRunner:
     def _propose(self, now: float, arm: str, target: dict[str, float], why: str, number: int | None = None) -> None:
-        factor = self.cfg.arm_step_factor if arm.startswith("arm:") else 1.0
+        factor = self.cfg.arm_step_factor if arm != "local" else 1.0
         target = self.space.toward(self.incumbent, target, factor)  # a second cap, whatever produced it
         if self.mode in ("shadow", "advise"):
             if number is not None:
@@ -68,6 +68,36 @@ class TrialRunner:
         self._log(now, "trial", f"{arm}: {why} (switchback: {sb.slots} slots of {sb.slot_s:g} s, "
                   f"warm-up {sb.warmup_s:g} s each)", target)
         self._switch(now)
+
+    def _jump(self, now: float, phase: str, target: dict[str, float], score: float, replaced: float) -> None:
+        """Adopt a phase's offline arm without a trial (``jump_gain``); the setting it replaces and the
+        study's score for it there are kept for the check of the arm's first window (``_check_jump``)."""
+        if self.mode != "auto":
+            self._propose(now, f"arm:{phase}", target, why=f"jump to the study's arm for phase {phase}")
+            return
+        self.jumped = (dict(self.incumbent), replaced, self.epoch, phase)
+        self.incumbent = self.space.check(dict(target))
+        self.baseline, self.proposable = None, False
+        self.counts["jumps"] += 1
+        self._apply(now, self.incumbent)
+        self.cooldown_until = now + self.cfg.cooldown_s
+        self.state = "cooldown"
+        self._log(now, "jump", f"arm:{phase}: the study's arm for phase {phase} scored {score:.4f} there against "
+                  f"{replaced:.4f} for the incumbent (gain {score - replaced:+.4f} >= jump_gain {self.cfg.jump_gain}): "
+                  "adopted without a trial; its first window is checked against that", dict(self.incumbent))
+
+    def _check_jump(self, now: float, live: Score) -> bool:
+        """The first window after a jump: live below what the study expected of the setting the arm
+        replaced contradicts the study, and that setting gets a trial (``revert:<phase>``, judged as an
+        offline arm is: adopted unless worse). True if a trial started."""
+        previous, replaced, epoch, phase = self.jumped
+        self.jumped = None
+        if epoch != self.epoch or live.value >= replaced:
+            return False
+        self._propose(now, f"revert:{phase}", previous,
+                      why=f"the arm's first window {live.value:.4f} is below the study's {replaced:.4f} for the "
+                          "setting it replaced")
+        return self.trial is not None
 
     def _switch(self, now: float) -> None:
         """Enter every slot that is due (a late tick skips none: each is entered, the last one wins)."""
@@ -104,7 +134,7 @@ class TrialRunner:
             return
         self.objective["candidate"], self.objective["incumbent"] = cand.value, base.value
         self.counts["windows"] += 1
-        ok, test = self._verdict(now, cand, base, tr.arm.startswith("arm:"))
+        ok, test = self._verdict(now, cand, base, tr.arm != "local")
         why = (f"{cand.value:.4f} vs {base.value:.4f} over {cand.decided}/{base.decided} requests (switchback, "
                f"{tr.sb.k} slots), {test} (one-sided alpha {cfg.alpha})"
                + (f"; the study's score {tr.expected:.4f}" if tr.expected is not None else ""))
@@ -185,7 +215,7 @@ class TrialRunner:
         self.counts["trials"][outcome] = self.counts["trials"].get(outcome, 0) + 1
         if tr.number is not None:
             self.local.tell(tr.number, gain, outcome == "accept")
-        if outcome in ("accept", "reject", "rollback"):
+        if outcome in ("accept", "reject", "rollback") and tr.arm in self.bandit.arms:
             self.bandit.update(tr.arm, outcome == "accept")
         tr.sb.close(self.m)
         if outcome == "accept":

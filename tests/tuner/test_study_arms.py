@@ -50,6 +50,14 @@ def test_a_trial_best_and_feasible_in_one_phase_is_that_phases_arm_though_infeas
     assert arms.robust.params["alpha"] == pytest.approx(4.0)  # robust: feasible in every phase
     assert phase_feasible(study.trials[1], "a", REFERENCE, 0.05)
     assert not phase_feasible(study.trials[1], "b", REFERENCE, 0.05)
+    # what the study measured in each phase for the start and the other phase's arm: the tuner's prior
+    assert arms.phases["a"].versus == {"start": pytest.approx(0.80), "b": pytest.approx(0.85)}
+    assert arms.phases["b"].versus == {"start": pytest.approx(0.90), "a": pytest.approx(0.70)}
+    assert arms.start.params == {"alpha": 3.0}
+    same = lambda x, y: x == y  # noqa: E731
+    assert arms.prior("b", {"alpha": 6.0}, same) == pytest.approx(0.70)  # a's arm, in b
+    assert arms.prior("b", {"alpha": 3.0}, same) == pytest.approx(0.90)  # the start, in b
+    assert arms.prior("b", {"alpha": 5.0}, same) is None  # a setting the study did not hand over
 
 
 def test_a_phase_arm_never_loses_more_than_the_margin_against_the_start_in_its_phase() -> None:

@@ -114,4 +114,4 @@ def run_bench(spec: BenchSpec, progress: Callable[[str], None] | None = None) ->
 def _brief(report: dict) -> dict:
     return {"reference": {k: round(v["score"], 6) for k, v in report["reference"].items()},
             "trials": [{"number": t["number"], "value": t["value"], "params": t["params"],
-                        "constraint": t["constraint"]} for t in report["trials"]]}
+                        "constraint": t["constraint"], "phases": t.get("phases", {})} for t in report["trials"]]}

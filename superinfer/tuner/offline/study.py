@@ -184,24 +184,32 @@ def _arms(spec: StudySpec, study: Any, reference: dict) -> Arms:
     feasible = [t for t in done if t.user_attrs.get("constraint", 0.0) <= 0] or done
     values = lambda t: {k: float(t.params[k]) for k in spec.knobs if k in t.params}  # noqa: E731
     best = max(feasible, key=lambda t: (t.value, -t.number))
-    phases: dict[str, Arm] = {}
-    max_len = None
+    tops: dict[str, Any] = {}
+    feats: dict[str, dict[str, float]] = {}
     for ph in spec.scenario.phases:
-        if ph.name in phases:
+        if ph.name in tops:
             continue
         key = f"phase:{ph.name}"
         scored = [t for t in done if key in t.user_attrs]
         pool = [t for t in scored if phase_feasible(t, ph.name, reference, spec.margin)] or scored
-        top = max(pool, key=lambda t: (t.user_attrs[key], -t.number))
-        feats = workload_features(phase_workload(spec.scenario, ph, spec.seeds[0], ph.duration_s, max_len))
-        phases[ph.name] = Arm(ph.name, values(top), round(float(top.user_attrs[key]), 6),
-                              {k: round(v, 6) for k, v in feats.items()})
+        tops[ph.name] = max(pool, key=lambda t: (t.user_attrs[key], -t.number))
+        feats[ph.name] = workload_features(phase_workload(spec.scenario, ph, spec.seeds[0], ph.duration_s, None))
+    phases: dict[str, Arm] = {}
+    for name, top in tops.items():
+        key = f"phase:{name}"
+        # what the study measured here for the start and for every other phase's arm: the prior for a jump
+        versus = {"start": round(float(reference[name]["score"]), 6)} if name in reference else {}
+        versus |= {other: round(float(t.user_attrs[key]), 6) for other, t in tops.items()
+                   if other != name and key in t.user_attrs}
+        phases[name] = Arm(name, values(top), round(float(top.user_attrs[key]), 6),
+                           {k: round(v, 6) for k, v in feats[name].items()}, versus)
     source = {"scenario": spec.scenario.name, "model": spec.env.model, "hardware": spec.env.hardware,
               "trials": len(done), "seeds": list(spec.seeds), "eval_s": spec.eval_s, "margin": spec.margin,
               "study": spec.study_name, "start": dict(spec.start), "sampler_seed": spec.sampler_seed,
               "phase_arms": "best in the phase among trials feasible in that phase",
               "start_scores": {n: round(r["score"], 6) for n, r in reference.items()}}
-    return Arms(Arm("robust", values(best), round(float(best.value), 6)), phases, source)
+    start = Arm("start", {k: float(spec.start[k]) for k in spec.knobs if k in spec.start})
+    return Arms(Arm("robust", values(best), round(float(best.value), 6)), phases, source, start=start)
 
 
 def _report(spec: StudySpec, study: Any, reference: dict) -> dict:
