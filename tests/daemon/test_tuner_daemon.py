@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from superinfer.core import PARAM_DEFAULTS
 from superinfer.sim.workload import load_workload
 from superinfer.tuner.arms import Arm, Arms, save_arms
 from superinfer.tuner.offline.evaluate import workload_features
+from superinfer.tuner.space import DEFAULT_KNOBS
 from tests.daemon.conftest import start_daemon
 
 pytestmark = pytest.mark.timeout(240)
@@ -55,6 +57,34 @@ def _arms(tmp: Path, **params: float) -> Path:
     path = tmp / "arms.json"
     save_arms(Arms(None, {"chat": Arm("chat", {k: float(v) for k, v in params.items()}, 0.95, feats)}), path)
     return path
+
+
+def test_a_jump_the_live_traffic_contradicts_is_tried_back(tmp_path: Path) -> None:
+    # The "study" claims step_slo_share 0.05 gains 0.35 over the start in this traffic (it starves prefill):
+    # the tuner jumps without a trial, its first window falls below the study's 0.60 for the start, and a
+    # revert:chat trial puts the start back
+    feats = workload_features(load_workload("chat", rps=10.0, duration_s=300, seed=1, tenants={"default": 1.0}))
+    path = tmp_path / "arms.json"
+    start = {k: float(PARAM_DEFAULTS[k]) for k in DEFAULT_KNOBS}
+    save_arms(Arms(None, {"chat": Arm("chat", {"step_slo_share": 0.05}, 0.95, feats, {"start": 0.60})},
+                   start=Arm("start", start)), path)
+    d = start_daemon(tmp_path, profile_text=PROFILE + f'arms_file = "{path}"\n')
+    try:
+        t = _wait(d, lambda t: any(x["action"] in ("accept", "reject", "rollback") for x in t["last_decisions"]),
+                  timeout=90.0)
+        acts = [x["action"] for x in t["last_decisions"]]
+        assert "jump" in acts and t["jumps"] == 1, acts
+        jump = next(x for x in t["last_decisions"] if x["action"] == "jump")
+        assert jump["params"]["step_slo_share"] == pytest.approx(0.05) and "gain +0.3500" in jump["reason"]
+        trial = next(x for x in t["last_decisions"] if x["action"] == "trial")
+        assert trial["reason"].startswith("revert:chat") and trial["params"]["step_slo_share"] == 0.8
+        verdict = next(x for x in t["last_decisions"] if x["action"] in ("accept", "reject", "rollback"))
+        assert verdict["action"] == "accept", verdict
+        assert t["incumbent"]["step_slo_share"] == 0.8 and d.get("/v1/params").json()["step_slo_share"] == 0.8
+        assert "jump" in [x["action"] for x in _log(d)]
+        assert 'superinfer_tuner_decisions_total{action="jump"} 1.0' in d.get("/metrics").text
+    finally:
+        assert d.terminate() == 0, d.output()[-3000:]
 
 
 def _wait(d, pred, timeout: float = 60.0) -> dict:
