@@ -168,7 +168,8 @@ def params(tr: Tracker, now: float, width: int = 40, meta_first: bool = False) -
 
 
 def tuner(tr: Tracker, now: float, width: int = 36) -> RenderableType:
-    """Mode, state, candidate, last decision, frozen and why; "off" while the daemon has no tuner."""
+    """Mode, state, candidate, last decision, frozen and why, rollbacks in the last hour, jumps, and the
+    exploration budget (spent/allowance, yellow once spent); "off" while the daemon has no tuner."""
     t = tr.tuner
     if t is None:
         out = Text("mode ", style="dim")
@@ -197,6 +198,14 @@ def tuner(tr: Tracker, now: float, width: int = 36) -> RenderableType:
         out.append(f"last {clock(d.get('at'))} ", style="dim")
         out.append(f"{d.get('action') or DASH}: {d.get('reason') or ''}\n")
     out.append(f"rollbacks/h {number(t.get('rollbacks_last_hour'))}", style="dim")
+    if t.get("jumps") is not None:
+        out.append(f" · jumps {number(t.get('jumps'))}", style="dim")
+    budget = t.get("exploration_budget")
+    if isinstance(budget, dict) and budget.get("allowance") is not None:
+        # local steps' realised losses of the last hour against the allowance (attainment-seconds)
+        spent = budget.get("spent_last_hour")
+        out.append(f"\nlocal-step loss {number(spent)}/{number(budget['allowance'])} s",
+                   style="dim" if budget.get("local_steps_allowed", True) else "bold yellow")
     return fit(out, width)
 
 
