@@ -160,23 +160,28 @@ def _engine_runs(o: dict[str, Any], rates: list[float], policies: list[str], slo
     from superinfer.vllm.replay import SHAPES_RUN
 
     probe = quiet_step_s if probe_fits(o["num_blocks"], o["block_size"], o["max_model_len"]) else None
-    rows = []
+    rows: dict[tuple[str, float, int], dict[str, Any]] = {}
     for rps in rates:
         ro = {**o, "rps": rps}
         for seed in range(o["seeds"]):
-            for k in range(len(policies)):
-                policy = policies[(k + seed) % len(policies)]
-                click.echo(f"rps {rps:g} seed {seed} {policy}: real engine ...", err=True)
-                traces: dict[tuple[str, int], Any] = {}
-                shapes = np.fromiter(SHAPES_RUN, np.int64, len(SHAPES_RUN))  # what this process ran before
-                real_m = run_policy(policy, seed, ro, slo, workdir, traces=traces, probe=probe)
-                tr = traces[(policy, seed)]
-                q = quantiles(tr)
-                probes = real_m.get("probe_s", [])
-                rows.append({"policy": policy, "rps": rps, "seed": seed, "real": side(real_m, q), "probe_s": probes,
-                             "_cdf": q["_cdf"],
-                             "_requests": {**{k: getattr(tr, k) for k in REQUEST_FIELDS}, "shapes_before": shapes}})
-    return rows
+            for rep in range(o.get("repeat", 1)):  # repeats interleaved: the host's drift falls on each alike
+                for k in range(len(policies)):
+                    policy = policies[(k + seed + rep) % len(policies)]
+                    click.echo(f"rps {rps:g} seed {seed} {policy}: real engine"
+                               + (f" (repeat {rep})" if rep else "") + " ...", err=True)
+                    traces: dict[tuple[str, int], Any] = {}
+                    shapes = np.fromiter(SHAPES_RUN, np.int64, len(SHAPES_RUN))  # what this process ran before
+                    real_m = run_policy(policy, seed, ro, slo, workdir, traces=traces, probe=probe)
+                    tr = traces[(policy, seed)]
+                    q = quantiles(tr)
+                    if rep:  # the engine against itself on the same requests: the noise floor
+                        rows[(policy, rps, seed)].setdefault("real_repeats", []).append(side(real_m, q))
+                        continue
+                    rows[(policy, rps, seed)] = {
+                        "policy": policy, "rps": rps, "seed": seed, "real": side(real_m, q),
+                        "probe_s": real_m.get("probe_s", []), "_cdf": q["_cdf"],
+                        "_requests": {**{k: getattr(tr, k) for k in REQUEST_FIELDS}, "shapes_before": shapes}}
+    return list(rows.values())
 
 
 def _score_all(rows: list[dict[str, Any]], o: dict[str, Any], slo: tuple[float, float], cal: Any,
@@ -236,8 +241,8 @@ def _rescore(path: str, ablate: bool) -> tuple[dict[str, Any], dict[str, Any], l
         if missing:
             raise KeyError(missing)
         o = {**old["config"], "ablate": ablate}
-        rows = [{**{k: r[k] for k in ("policy", "rps", "seed", "real")}, "probe_s": r.get("probe_s", [])}
-                for r in old["runs"]]
+        rows = [{**{k: r[k] for k in ("policy", "rps", "seed", "real")}, "probe_s": r.get("probe_s", []),
+                 **({"real_repeats": r["real_repeats"]} if r.get("real_repeats") else {})} for r in old["runs"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise click.BadParameter(f"{path}: not a bench fidelity JSON with engine runs ({exc!r})",
                                  param_hint="--rescore") from None
@@ -263,6 +268,9 @@ def _rescore(path: str, ablate: bool) -> tuple[dict[str, Any], dict[str, Any], l
 @click.option("--remeasure", default=None,
               help="With --rescore: measure these host terms on this host now (comma-separated: host_arrival, "
                    "host_wake, shape_capacity) in place of the recorded ones; needs the JSON's model.")
+@click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 10),
+              help="Run the engine this many times on each point's requests (interleaved); the summary's "
+                   "noise_floor is the engine's error against itself (its first run against each repeat).")
 @click.option("--plot-dir", default=None, type=click.Path(file_okay=False), help="Write CDF plots (PNG) here.")
 @click.option("--json", "json_path", default=None, help="Write the JSON here ('-' for stdout).")
 def bench_fidelity(**o: Any) -> None:

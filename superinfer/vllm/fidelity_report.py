@@ -9,6 +9,8 @@ from typing import Any
 import click
 import numpy as np
 
+from superinfer.vllm.fidelity_twin import errors
+
 ERROR_KEYS = ("ttft_p50_pct", "ttft_p90_pct", "tbt_p50_pct", "tbt_p90_pct", "mape_pct", "ttft_attainment_pp",
               "tbt_attainment_pp", "slo_attainment_pp")
 
@@ -33,6 +35,10 @@ def summarise_fidelity(runs: list[dict[str, Any]], variants: list[str]) -> dict[
         for side in ("real", "twin"):
             row[side] = {k: _mean([r[side][k] for r in rs]) for k in ("slo_attainment", "ttft_attainment",
                                                                       "tbt_attainment", "ttft_p90_s", "tbt_p90_s")}
+        floor = [errors(r["real"], again) for r in rs for again in r.get("real_repeats", [])]
+        if floor:  # the engine's first run against its repeats, the same measures as the twin's error
+            row["noise_floor"] = {k: _mean([abs(e[k]) for e in floor]) for k in ERROR_KEYS}
+            row["noise_floor"]["pairs"] = len(floor)
         points.append(row)
     winners = []
     for rps in sorted({p["rps"] for p in points}):
@@ -41,8 +47,14 @@ def summarise_fidelity(runs: list[dict[str, Any]], variants: list[str]) -> dict[
             real = max(at, key=lambda p: p["real"]["slo_attainment"])["policy"]
             twin = max(at, key=lambda p: p["twin"]["slo_attainment"])["policy"]
             winners.append({"rps": rps, "real": real, "twin": twin, "agree": real == twin})
-    return {"points": points, "winners": winners,
-            "mape_pct": {name: _mean([p[name]["mape_pct"] for p in points]) for name in variants}}
+    out = {"points": points, "winners": winners,
+           "mape_pct": {name: _mean([p[name]["mape_pct"] for p in points]) for name in variants}}
+    floored = [p for p in points if "noise_floor" in p]
+    if floored:
+        out["noise_floor"] = {"mape_pct": _mean([p["noise_floor"]["mape_pct"] for p in floored]),
+                              "slo_attainment_pp": _mean([p["noise_floor"]["slo_attainment_pp"] for p in floored]),
+                              "twin_mape_pct_same_points": _mean([p["all"]["mape_pct"] for p in floored])}
+    return out
 
 
 def echo_table(result: dict[str, Any]) -> None:
@@ -55,6 +67,13 @@ def echo_table(result: dict[str, Any]) -> None:
                    f"{e['ttft_p90_pct']:>9.1f} {e['tbt_p50_pct']:>8.1f} {e['tbt_p90_pct']:>8.1f} "
                    f"{e['slo_attainment_pp']:>8.1f} {100 * p['real']['slo_attainment']:>9.1f} "
                    f"{100 * p['twin']['slo_attainment']:>9.1f}")
+    for p in s["points"]:
+        if "noise_floor" in p:
+            f = p["noise_floor"]
+            click.echo(f"noise floor {p['policy']:<10} {p['rps']:>5g}: the engine against itself MAPE "
+                       f"{f['mape_pct']:.1f} % (TTFT p50 {f['ttft_p50_pct']:.1f}, p90 {f['ttft_p90_pct']:.1f}, "
+                       f"TBT p50 {f['tbt_p50_pct']:.1f}, p90 {f['tbt_p90_pct']:.1f}), SLO "
+                       f"{f['slo_attainment_pp']:.1f} pp over {f['pairs']} pair(s)")
     for w in s["winners"]:
         click.echo(f"rps {w['rps']:g}: winner real {w['real']}, twin {w['twin']} ({'agree' if w['agree'] else 'DISAGREE'})")
     click.echo("mean MAPE % by twin variant: " + ", ".join(f"{k} {v:.1f}" for k, v in s["mape_pct"].items()))

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from superinfer.vllm.fidelity_twin import LEFT_OUT, TERMS
+from superinfer.vllm.fidelity_twin import LEFT_OUT, TERMS, errors
 
 pytest.importorskip("vllm")
 
@@ -36,7 +36,7 @@ def fidelity(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> dict
     cmd = [sys.executable, "-m", "superinfer.cli", "bench", "fidelity", "--model", str(tiny_model),
            "--workload", "sharegpt", "--rates", "3", "--duration", "4", "--drain", "10", "--seeds", "1",
            "--policies", "vllm,lvf", "--num-blocks", "32", "--block-size", "32", "--max-model-len", "512",
-           "--threads", "1", "--ttft-slo", "0.05", "--tbt-slo", "0.0068", "--json", str(out),
+           "--threads", "1", "--ttft-slo", "0.05", "--tbt-slo", "0.0068", "--repeat", "2", "--json", str(out),
            "--plot-dir", str(plots)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=840)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -90,6 +90,22 @@ def test_the_twin_of_stock_vllm_is_within_the_bound(fidelity: dict) -> None:
     assert abs(e["tbt_attainment_pp"]) <= MAX_ATTAINMENT_PP, e
 
 
+def test_a_repeat_measures_the_engine_against_itself(fidelity: dict) -> None:
+    """``--repeat 2``: every point's requests run on the engine twice; the summary's noise floor is the same
+    error measures between the engine's two runs (one seed here: one pair per point)."""
+    by_point = {(p["policy"], p["rps"]): p for p in fidelity["summary"]["points"]}
+    for r in fidelity["runs"]:
+        assert len(r["real_repeats"]) == 1
+        again = r["real_repeats"][0]
+        assert again["arrived"] == r["real"]["arrived"]  # the same requests
+        floor = by_point[(r["policy"], r["rps"])]["noise_floor"]
+        assert floor["pairs"] == 1
+        assert floor["mape_pct"] == pytest.approx(abs(errors(r["real"], again)["mape_pct"]))
+        assert floor["slo_attainment_pp"] == pytest.approx(abs(errors(r["real"], again)["slo_attainment_pp"]))
+    assert fidelity["summary"]["noise_floor"]["mape_pct"] >= 0
+    assert "noise floor vllm" in fidelity["_stdout"]
+
+
 def test_rescoring_the_recorded_runs_reproduces_the_twin_without_an_engine(fidelity: dict, tmp_path: Path) -> None:
     """``--rescore`` scores the twin against an earlier JSON's real runs: with the same twin, the same numbers."""
     out = tmp_path / "again.json"
@@ -101,6 +117,8 @@ def test_rescoring_the_recorded_runs_reproduces_the_twin_without_an_engine(fidel
     for before, after in zip(fidelity["runs"], again["runs"]):
         assert after["real"] == before["real"]
         assert after["twin"] == before["twin"] and after["error"] == before["error"]
+        assert after["real_repeats"] == before["real_repeats"]  # the noise floor survives a re-score
+    assert again["summary"]["noise_floor"] == fidelity["summary"]["noise_floor"]
     assert sorted(p.name for p in (tmp_path / "plots").glob("*.png")) == fidelity["_plots"], "real CDFs kept"
     bad = subprocess.run([sys.executable, "-m", "superinfer.cli", "bench", "fidelity", "--rescore", str(out.parent / "plots" /
                           fidelity["_plots"][0])], capture_output=True, text=True, timeout=120)
