@@ -44,6 +44,9 @@ def test_tune_scenario_with_two_workers_on_a_journal(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     data = json.loads(r.stdout)
     assert data["kind"] == "superinfer-tuner-arms" and data["source"]["trials"] == 4
+    # what the online tuner needs to jump: the start, and the study's score of it in every phase
+    assert set(data["start"]["params"]) == set(data["robust"]["params"])
+    assert all(0 <= arm["versus"]["start"] <= 1 for arm in data["phases"].values())
     assert (tmp_path / "study.journal").stat().st_size > 0
 
 
