@@ -105,8 +105,11 @@ class KnobSpace:
             cap = self.caps[k] * factor
             if k in INTEGER_PARAMS:
                 cap = math.floor(cap)
-            delta = _finite(k, target[k]) - out[k]
-            out[k] = out[k] + max(-cap, min(cap, delta))
+            want = _finite(k, target[k])
+            delta = want - out[k]
+            # within the cap: the target itself (start + (target - start) can miss it in the last bit, and an
+            # operator would read step_slo_share 0.050000000000000044 in /v1/params)
+            out[k] = want if abs(delta) <= cap else out[k] + math.copysign(cap, delta)
         return self._clip_within_cap(start, out, factor)
 
     def local(self, start: Mapping[str, float], u: Mapping[str, float], radius: float) -> Setting:
