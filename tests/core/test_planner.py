@@ -1,7 +1,6 @@
 """The per-iteration plan of every policy, on small hand-built states (design §3.2)."""
 
 import numpy as np
-import pytest
 
 from superinfer.core import Params, Phase, VictimMode, get_policy
 from superinfer.core.planner import fits_in_hbm
