@@ -24,13 +24,12 @@ import click
 import numpy as np
 
 from superinfer.vllm.bench import _requests, engine_options, prepare, run_policy
+from superinfer.vllm.fidelity_store import REQUEST_FIELDS, cdf_path, load_rescore, save_real
 from superinfer.vllm.fidelity_twin import (TERMS, cost_model, probe_reference, quantiles, score, side, speed_factor,
                                           variants)
 
 #: the seed of the probe replay that times the plugin's plans (no compared run uses it)
 PLAN_PROBE_SEED = 1000
-#: per-request outcomes of a real run kept beside the JSON (``--json``'s ``.cdf.npz``)
-REQUEST_FIELDS = ("t_arr", "t_first", "t_end", "outputs", "last_token", "rotations")
 
 
 def _calibration(o: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
@@ -204,57 +203,6 @@ def _score_all(rows: list[dict[str, Any]], o: dict[str, Any], slo: tuple[float, 
     return cdfs
 
 
-def _save_real(path: Path, cdfs: dict[tuple[str, float], Any], requests: dict[tuple, dict[str, Any]]) -> None:
-    """The real side's raw data beside the JSON: the CDFs of seed 0 (``policy|rps|ttft``, ``|gaps``) and every
-    run's per-request outcomes (``policy|rps|seed|t_first`` ...), for ``--rescore`` and for diagnosis."""
-    arrays = {f"{p}|{r!r}|{k}": v for (p, r), (real, _) in cdfs.items() for k, v in real.items()}
-    for (p, r, seed), fields in requests.items():
-        arrays.update({f"{p}|{r!r}|{seed}|{k}": v for k, v in fields.items()})
-    np.savez_compressed(path, **arrays)
-
-
-def _load_real(path: Path) -> tuple[dict[tuple[str, float], dict[str, np.ndarray]], dict[tuple, dict[str, np.ndarray]]]:
-    """What :func:`_save_real` wrote: seed 0's CDFs per point, and every run's arrays per (policy, rps, seed)."""
-    cdfs: dict[tuple[str, float], dict[str, np.ndarray]] = {}
-    runs: dict[tuple, dict[str, np.ndarray]] = {}
-    if path.exists():
-        with np.load(path) as z:
-            for key in z.files:
-                parts = key.split("|")
-                if len(parts) == 3:  # a CDF of seed 0
-                    cdfs.setdefault((parts[0], float(parts[1])), {})[parts[2]] = z[key]
-                elif len(parts) == 4:  # one run's per-request outcomes (and the shapes run before it)
-                    runs.setdefault((parts[0], float(parts[1]), int(parts[2])), {})[parts[3]] = z[key]
-    return cdfs, runs
-
-
-def _cdf_path(json_path: str) -> Path:
-    return Path(json_path).with_suffix(".cdf.npz")
-
-
-def _rescore(path: str, ablate: bool) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
-    """An earlier ``bench fidelity`` JSON (checked to hold what a re-score reads), its settings with
-    ``ablate``, and its real runs set up to be scored by the twin again (seed 0's CDFs from its .cdf.npz)."""
-    try:
-        old = json.loads(Path(path).read_text())
-        missing = [k for k in ("slo", "calibration", "copy_s_per_block", "host_terms", "command") if k not in old]
-        if missing:
-            raise KeyError(missing)
-        o = {**old["config"], "ablate": ablate}
-        rows = [{**{k: r[k] for k in ("policy", "rps", "seed", "real")}, "probe_s": r.get("probe_s", []),
-                 **({"real_repeats": r["real_repeats"]} if r.get("real_repeats") else {})} for r in old["runs"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise click.BadParameter(f"{path}: not a bench fidelity JSON with engine runs ({exc!r})",
-                                 param_hint="--rescore") from None
-    real_cdfs, real_runs = _load_real(_cdf_path(path))
-    for r in rows:
-        if r["seed"] == 0 and (r["policy"], r["rps"]) in real_cdfs:
-            r["_cdf"] = real_cdfs[(r["policy"], r["rps"])]
-        if (r["policy"], r["rps"], r["seed"]) in real_runs:
-            r["_requests"] = real_runs[(r["policy"], r["rps"], r["seed"])]
-    return old, o, rows
-
-
 @click.command("fidelity")
 @engine_options
 @click.option("--twin-calibration", default=None, type=click.Path(exists=True, dir_okay=False),
@@ -280,7 +228,7 @@ def bench_fidelity(**o: Any) -> None:
 
     remeasured = None
     if o["rescore"]:
-        old, run_o, rows = _rescore(o["rescore"], o["ablate"])
+        old, run_o, rows = load_rescore(o["rescore"], o["ablate"])
         slo_info, cal_info, copy_s, command = old["slo"], old["calibration"], old["copy_s_per_block"], old["command"]
         slo = (slo_info["ttft_slo_s"], slo_info["tbt_slo_s"])
         host = _host_from_json(old["host_terms"])
@@ -325,7 +273,7 @@ def bench_fidelity(**o: Any) -> None:
     elif o["json_path"]:
         Path(str(o["json_path"])).write_text(text + "\n")
         if cdfs:
-            _save_real(_cdf_path(str(o["json_path"])), cdfs, requests)
+            save_real(cdf_path(str(o["json_path"])), cdfs, requests)
     if o["plot_dir"]:
         plot_cdfs(cdfs, Path(o["plot_dir"]))
     if o["json_path"] != "-":
