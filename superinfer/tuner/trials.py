@@ -72,8 +72,13 @@ class TrialRunner:
     def _jump(self, now: float, phase: str, target: dict[str, float], score: float, replaced: float) -> None:
         """Adopt a phase's offline arm without a trial (``jump_gain``); the setting it replaces and the
         study's score for it there are kept for the check of the arm's first window (``_check_jump``)."""
-        if self.mode != "auto":
-            self._propose(now, f"arm:{phase}", target, why=f"jump to the study's arm for phase {phase}")
+        gain = f"the study's arm for phase {phase} scored {score:.4f} there against {replaced:.4f} for the incumbent"
+        if self.mode != "auto":  # shadow / advise: say what auto would do, write nothing
+            if self.mode == "advise":
+                self.candidate = dict(target)
+            self.cooldown_until = now + self.cfg.cooldown_s
+            self._log(now, "advise" if self.mode == "advise" else "propose",
+                      f"{self.mode}: would jump to arm:{phase} without a trial ({gain}); nothing written", target)
             return
         self.jumped = (dict(self.incumbent), replaced, self.epoch, phase)
         self.incumbent = self.space.check(dict(target))
@@ -82,8 +87,7 @@ class TrialRunner:
         self._apply(now, self.incumbent)
         self.cooldown_until = now + self.cfg.cooldown_s
         self.state = "cooldown"
-        self._log(now, "jump", f"arm:{phase}: the study's arm for phase {phase} scored {score:.4f} there against "
-                  f"{replaced:.4f} for the incumbent (gain {score - replaced:+.4f} >= jump_gain {self.cfg.jump_gain}): "
+        self._log(now, "jump", f"arm:{phase}: {gain} (gain {score - replaced:+.4f} >= jump_gain {self.cfg.jump_gain}): "
                   "adopted without a trial; its first window is checked against that", dict(self.incumbent))
 
     def _check_jump(self, now: float, live: Score) -> bool:

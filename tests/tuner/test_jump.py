@@ -82,3 +82,14 @@ def test_a_setting_the_study_did_not_score_is_tried() -> None:
     assert "jump" not in actions(ctl) and "trial" in actions(ctl)
 
 
+
+
+@pytest.mark.parametrize("mode", ["shadow", "advise"])
+def test_shadow_and_advise_say_they_would_jump_and_write_nothing(mode: str) -> None:
+    world = World(share_world(best=1.6))
+    ctl = make(world, arms_with_prior(1.6, score=0.95, start_score=0.70), mode=mode)
+    world.run(ctl, 0.0, 60.0)
+    assert world.writes == [] and "jump" not in actions(ctl) and ctl.counts["jumps"] == 0
+    said = next(d for d in ctl.decisions if d.action in ("propose", "advise"))
+    assert said.reason.startswith(f"{mode}: would jump to arm:a without a trial") and "nothing written" in said.reason
+    assert (ctl.candidate is not None) == (mode == "advise")
