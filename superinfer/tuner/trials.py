@@ -46,11 +46,7 @@ class TrialRunner:
         if self.mode in ("shadow", "advise"):
             if number is not None:
                 self.local.tell(number, None, False)
-            if self.mode == "advise":
-                self.candidate = dict(target)
-            self.cooldown_until = now + self.cfg.cooldown_s
-            self._log(now, "advise" if self.mode == "advise" else "propose",
-                      f"{self.mode}: would trial {arm} ({why}); nothing written", target)
+            self._would(now, f"trial {arm} ({why})", target)
             return
         if self.mode != "auto":
             return
@@ -73,12 +69,8 @@ class TrialRunner:
         """Adopt a phase's offline arm without a trial (``jump_gain``); the setting it replaces and the
         study's score for it there are kept for the check of the arm's first window (``_check_jump``)."""
         gain = f"the study's arm for phase {phase} scored {score:.4f} there against {replaced:.4f} for the incumbent"
-        if self.mode != "auto":  # shadow / advise: say what auto would do, write nothing
-            if self.mode == "advise":
-                self.candidate = dict(target)
-            self.cooldown_until = now + self.cfg.cooldown_s
-            self._log(now, "advise" if self.mode == "advise" else "propose",
-                      f"{self.mode}: would jump to arm:{phase} without a trial ({gain}); nothing written", target)
+        if self.mode != "auto":
+            self._would(now, f"jump to arm:{phase} without a trial ({gain})", target)
             return
         self.jumped = (dict(self.incumbent), replaced, self.epoch, phase)
         self.incumbent = self.space.check(dict(target))
@@ -102,6 +94,15 @@ class TrialRunner:
                       why=f"the arm's first window {live.value:.4f} is below the study's {replaced:.4f} for the "
                           "setting it replaced")
         return self.trial is not None
+
+    def _would(self, now: float, what: str, target: dict[str, float]) -> None:
+        """Shadow / advise: log what auto would do (advise also publishes ``target`` as the candidate);
+        nothing is written."""
+        if self.mode == "advise":
+            self.candidate = dict(target)
+        self.cooldown_until = now + self.cfg.cooldown_s
+        self._log(now, "advise" if self.mode == "advise" else "propose",
+                  f"{self.mode}: would {what}; nothing written", target)
 
     def _switch(self, now: float) -> None:
         """Enter every slot that is due (a late tick skips none: each is entered, the last one wins)."""
