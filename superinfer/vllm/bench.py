@@ -15,10 +15,8 @@ requests (seed 0) as a Mooncake trace for the simulator twin.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,6 +25,7 @@ import numpy as np
 
 from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS
 from superinfer.vllm.bench_text import echo_summary
+from superinfer.vllm.hostload import HostLoad, rt_throttle
 
 #: RotaScheduler's sums of its plans' wall time against the live requests (``RotaScheduler._time_plan``)
 PLAN_SUMS = ("plan_timed", "plan_ns", "plan_live", "plan_live_sq", "plan_ns_x_live")
@@ -56,44 +55,6 @@ def _unloaded(spec_kwargs: dict[str, Any], prompt_len: int, output_len: int, wor
             ttfts.append(float(r.t_first[0] - r.t_arr[0]))
             tbts.append(float(np.mean(r.gaps)) if r.gaps else ttfts[-1])
     return float(np.median(ttfts)), float(np.median(tbts))
-
-
-def _busy_cpu_s() -> float | None:
-    """Non-idle CPU seconds of the whole host since boot (``/proc/stat``), or None off Linux."""
-    try:
-        with open("/proc/stat") as fh:
-            f = [int(x) for x in fh.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = f[3] + (f[4] if len(f) > 4 else 0)  # idle + iowait
-    return (sum(f[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-class HostLoad:
-    """How much CPU *other* processes used while a run was timed: host busy time minus this process's.
-
-    On a shared CPU host the engine's step times depend on it (two OpenMP threads on two cores slow
-    down many-fold when a third process competes), so every run records it next to its latencies.
-    """
-
-    def __init__(self) -> None:
-        self.host0, self.own0, self.wall0 = _busy_cpu_s(), _own_cpu_s(), time.monotonic()
-        self.load0 = os.getloadavg()[0]
-
-    def result(self) -> dict[str, float | None]:
-        wall = time.monotonic() - self.wall0
-        host1, own = _busy_cpu_s(), _own_cpu_s() - self.own0
-        other = None if host1 is None or self.host0 is None else max(0.0, host1 - self.host0 - own)
-        ncpu = os.cpu_count() or 1
-        return {"wall_s": round(wall, 3), "own_cpu_s": round(own, 3),
-                "other_cpu_s": None if other is None else round(other, 3),
-                "other_cpu_share": None if other is None or wall <= 0 else round(other / (wall * ncpu), 4),
-                "loadavg_1m_start": round(self.load0, 2), "loadavg_1m_end": round(os.getloadavg()[0], 2)}
-
-
-def _own_cpu_s() -> float:
-    t = os.times()
-    return t.user + t.system
 
 
 def instrument_stock(sched: Any) -> dict[str, int]:
@@ -278,6 +239,12 @@ def prepare(o: dict[str, Any], workdir: Path) -> tuple[list[str], tuple[float, f
         check_vllm_version()
     except ImportError as exc:
         raise click.ClickException(str(exc)) from None
+    o["rt_throttled_share"] = rt_throttle()  # kept in the JSON's config: such figures are biased at load
+    if o["rt_throttled_share"]:
+        click.echo(f"warning: this process runs under a real-time policy, which the kernel stops for "
+                   f"{100 * o['rt_throttled_share']:.0f} % of every period once it is busy the whole period "
+                   "(kernel.sched_rt_runtime_us): a busy engine measures slower than it is. Run it under "
+                   "'nice -n -20' instead (or set kernel.sched_rt_runtime_us=-1).", err=True)
     if o["build_tiny"]:
         from superinfer.vllm.tiny import build_tiny_llama
 

@@ -174,7 +174,9 @@ def _engine_runs(o: dict[str, Any], rates: list[float], policies: list[str], slo
                     tr = traces[(policy, seed)]
                     q = quantiles(tr)
                     if rep:  # the engine against itself on the same requests: the noise floor
-                        rows[(policy, rps, seed)].setdefault("real_repeats", []).append(side(real_m, q))
+                        row = rows[(policy, rps, seed)]
+                        row.setdefault("real_repeats", []).append(side(real_m, q))
+                        row["_requests"].update({f"rep{rep}.{k}": getattr(tr, k) for k in REQUEST_FIELDS})
                         continue
                     rows[(policy, rps, seed)] = {
                         "policy": policy, "rps": rps, "seed": seed, "real": side(real_m, q),
@@ -254,6 +256,7 @@ def bench_fidelity(**o: Any) -> None:
     cal = _twin_calibration(cal_info["coefficients"], run_o["block_size"], copy_s, Path(run_o["model"]).name)
     cdfs = _score_all(rows, run_o, slo, cal, host)
     requests = {(r["policy"], r["rps"], r["seed"]): r.pop("_requests") for r in rows if "_requests" in r}
+    twin_values = {(r["policy"], r["rps"], r["seed"]): r.pop("_twin_values") for r in rows if "_twin_values" in r}
     result = {
         "command": command,
         **({"rescored_with": "superinferd bench fidelity " + " ".join(sys.argv[3:])} if o["rescore"] else {}),
@@ -265,7 +268,7 @@ def bench_fidelity(**o: Any) -> None:
         "copy_s_per_block": copy_s,
         "terms": list(TERMS),
         "runs": rows,
-        "summary": summarise_fidelity(rows, [v for v, _ in variants(run_o["ablate"])]),
+        "summary": summarise_fidelity(rows, [v for v, _ in variants(run_o["ablate"])], requests, twin_values),
     }
     text = json.dumps(result, indent=1, default=float)
     if o["json_path"] == "-":

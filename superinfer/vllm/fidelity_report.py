@@ -9,7 +9,7 @@ from typing import Any
 import click
 import numpy as np
 
-from superinfer.vllm.fidelity_twin import errors
+from superinfer.vllm.fidelity_twin import errors, percentiles, request_values
 
 ERROR_KEYS = ("ttft_p50_pct", "ttft_p90_pct", "tbt_p50_pct", "tbt_p90_pct", "mape_pct", "ttft_attainment_pp",
               "tbt_attainment_pp", "slo_attainment_pp")
@@ -20,9 +20,53 @@ def _mean(values: list[float]) -> float:
     return float(np.mean(finite)) if finite else float("nan")
 
 
-def summarise_fidelity(runs: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]:
+ATTAINMENTS = ("ttft_attainment", "tbt_attainment", "tbt_gap_attainment", "slo_attainment")
+
+
+def real_values(fields: dict[str, np.ndarray], prefix: str = "") -> dict[str, np.ndarray]:
+    """A real run's per-request TTFT and TBT from what ``.cdf.npz`` keeps of it (``prefix``: ``rep1.`` for its
+    first repeat); a request without a first token counts until the run's last event."""
+    f = {k: np.asarray(fields[prefix + k], float) for k in ("t_arr", "t_first", "t_end", "outputs", "last_token")}
+    end = float(np.nanmax(np.concatenate([f["t_arr"], f["t_end"], f["last_token"]])))
+    return request_values(f["t_arr"], f["t_first"], f["outputs"], f["last_token"], end)
+
+
+def pooled_side(values: list[dict[str, np.ndarray]], sides: list[dict[str, Any]]) -> dict[str, float]:
+    """Several seeds' runs as one: percentiles over all their requests, attainments weighted by requests."""
+    out = percentiles({k: np.concatenate([v[k] for v in values]) for k in ("ttft", "tbt")})
+    n = np.array([max(s.get("arrived", 1), 1) for s in sides], float)
+    out.update({k: float(np.dot(n, [s[k] for s in sides]) / n.sum()) for k in ATTAINMENTS})
+    return out
+
+
+def _pooled(rs: list[dict[str, Any]], requests: dict[tuple, dict[str, np.ndarray]],
+            twin_values: dict[tuple, dict[str, np.ndarray]]) -> dict[str, Any]:
+    """The twin's error, and the engine's against its repeats, with the seeds of a point pooled (the quantile
+    of 225 requests, not the mean of three quantiles of 75); empty where a run's per-request data is missing."""
+    keys = [(r["policy"], r["rps"], r["seed"]) for r in rs]
+    if not all(k in requests and k in twin_values for k in keys):
+        return {}
+    real = pooled_side([real_values(requests[k]) for k in keys], [r["real"] for r in rs])
+    twin = pooled_side([twin_values[k] for k in keys], [r["twin"] for r in rs])
+    out: dict[str, Any] = {"pooled": errors(real, twin)}
+    floor = []
+    for rep in range(1, 1 + min(len(r.get("real_repeats", [])) for r in rs)):
+        if all(f"rep{rep}.t_first" in requests[k] for k in keys):
+            again = pooled_side([real_values(requests[k], f"rep{rep}.") for k in keys],
+                                [r["real_repeats"][rep - 1] for r in rs])
+            floor.append(errors(real, again))
+    if floor:
+        out["noise_floor_pooled"] = {k: _mean([abs(e[k]) for e in floor]) for k in ERROR_KEYS}
+    return out
+
+
+def summarise_fidelity(runs: list[dict[str, Any]], variants: list[str],
+                       requests: dict[tuple, dict[str, np.ndarray]] | None = None,
+                       twin_values: dict[tuple, dict[str, np.ndarray]] | None = None) -> dict[str, Any]:
     """Per (policy, rps): mean errors over seeds (attainment errors as mean absolute points); per variant the
-    same for the ablation; per rate whether the twin picks the engine's winner on ``slo_attainment``."""
+    same for the ablation; per rate whether the twin picks the engine's winner on ``slo_attainment``. With
+    every run's per-request values (``requests``: the real runs' fields by (policy, rps, seed); ``twin_values``:
+    the full twin's), also the errors with each point's seeds pooled (``pooled``, ``noise_floor_pooled``)."""
     groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
     for r in runs:
         groups.setdefault((r["policy"], r["rps"]), []).append(r)
@@ -39,6 +83,7 @@ def summarise_fidelity(runs: list[dict[str, Any]], variants: list[str]) -> dict[
         if floor:  # the engine's first run against its repeats, the same measures as the twin's error
             row["noise_floor"] = {k: _mean([abs(e[k]) for e in floor]) for k in ERROR_KEYS}
             row["noise_floor"]["pairs"] = len(floor)
+        row.update(_pooled(rs, requests or {}, twin_values or {}))
         points.append(row)
     winners = []
     for rps in sorted({p["rps"] for p in points}):
@@ -49,31 +94,39 @@ def summarise_fidelity(runs: list[dict[str, Any]], variants: list[str]) -> dict[
             winners.append({"rps": rps, "real": real, "twin": twin, "agree": real == twin})
     out = {"points": points, "winners": winners,
            "mape_pct": {name: _mean([p[name]["mape_pct"] for p in points]) for name in variants}}
+    if all("pooled" in p for p in points):
+        out["pooled"] = {k: _mean([abs(p["pooled"][k]) for p in points]) for k in ("mape_pct", "slo_attainment_pp")}
     floored = [p for p in points if "noise_floor" in p]
     if floored:
         out["noise_floor"] = {"mape_pct": _mean([p["noise_floor"]["mape_pct"] for p in floored]),
                               "slo_attainment_pp": _mean([p["noise_floor"]["slo_attainment_pp"] for p in floored]),
                               "twin_mape_pct_same_points": _mean([p["all"]["mape_pct"] for p in floored])}
+        pooled = [p for p in floored if "noise_floor_pooled" in p]
+        if pooled and len(pooled) == len(floored):
+            out["noise_floor"].update({f"pooled_{k}": _mean([p["noise_floor_pooled"][k] for p in pooled])
+                                       for k in ("mape_pct", "slo_attainment_pp")})
     return out
 
 
 def echo_table(result: dict[str, Any]) -> None:
     s = result["summary"]
     click.echo(f"{'policy':<10} {'rps':>5} {'MAPE %':>7} {'TTFT p50':>9} {'TTFT p90':>9} {'TBT p50':>8} {'TBT p90':>8} "
-               f"{'dSLO pp':>8} {'SLO real':>9} {'SLO twin':>9}")
+               f"{'dSLO pp':>8} {'SLO real':>9} {'SLO twin':>9} {'pooled MAPE %':>14} {'pooled dSLO':>12}")
     for p in s["points"]:
-        e = p["all"]
+        e, pooled = p["all"], p.get("pooled", {})
         click.echo(f"{p['policy']:<10} {p['rps']:>5g} {e['mape_pct']:>7.1f} {e['ttft_p50_pct']:>9.1f} "
                    f"{e['ttft_p90_pct']:>9.1f} {e['tbt_p50_pct']:>8.1f} {e['tbt_p90_pct']:>8.1f} "
                    f"{e['slo_attainment_pp']:>8.1f} {100 * p['real']['slo_attainment']:>9.1f} "
-                   f"{100 * p['twin']['slo_attainment']:>9.1f}")
+                   f"{100 * p['twin']['slo_attainment']:>9.1f} {pooled.get('mape_pct', math.nan):>14.1f} "
+                   f"{abs(pooled.get('slo_attainment_pp', math.nan)):>12.1f}")
     for p in s["points"]:
         if "noise_floor" in p:
-            f = p["noise_floor"]
+            f, fp = p["noise_floor"], p.get("noise_floor_pooled", {})
             click.echo(f"noise floor {p['policy']:<10} {p['rps']:>5g}: the engine against itself MAPE "
                        f"{f['mape_pct']:.1f} % (TTFT p50 {f['ttft_p50_pct']:.1f}, p90 {f['ttft_p90_pct']:.1f}, "
                        f"TBT p50 {f['tbt_p50_pct']:.1f}, p90 {f['tbt_p90_pct']:.1f}), SLO "
-                       f"{f['slo_attainment_pp']:.1f} pp over {f['pairs']} pair(s)")
+                       f"{f['slo_attainment_pp']:.1f} pp over {f['pairs']} pair(s); seeds pooled "
+                       f"{fp.get('mape_pct', math.nan):.1f} %, {fp.get('slo_attainment_pp', math.nan):.1f} pp")
     for w in s["winners"]:
         click.echo(f"rps {w['rps']:g}: winner real {w['real']}, twin {w['twin']} ({'agree' if w['agree'] else 'DISAGREE'})")
     click.echo("mean MAPE % by twin variant: " + ", ".join(f"{k} {v:.1f}" for k, v in s["mape_pct"].items()))

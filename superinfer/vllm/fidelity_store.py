@@ -16,7 +16,8 @@ REQUEST_FIELDS = ("t_arr", "t_first", "t_end", "outputs", "last_token", "rotatio
 
 def save_real(path: Path, cdfs: dict[tuple[str, float], Any], requests: dict[tuple, dict[str, Any]]) -> None:
     """The real side's raw data beside the JSON: the CDFs of seed 0 (``policy|rps|ttft``, ``|gaps``) and every
-    run's per-request outcomes (``policy|rps|seed|t_first`` ...), for ``--rescore`` and for diagnosis."""
+    run's per-request outcomes (``policy|rps|seed|t_first`` ...; a repeat's ``policy|rps|seed|rep1.t_first``),
+    for ``--rescore`` and for diagnosis."""
     arrays = {f"{p}|{r!r}|{k}": v for (p, r), (real, _) in cdfs.items() for k, v in real.items()}
     for (p, r, seed), fields in requests.items():
         arrays.update({f"{p}|{r!r}|{seed}|{k}": v for k, v in fields.items()})

@@ -35,18 +35,29 @@ def _pct_err(real: float, twin: float) -> float:
     return 100.0 * abs(twin - real) / real
 
 
+def request_values(t_arr: np.ndarray, t_first: np.ndarray, outputs: np.ndarray, last_token: np.ndarray,
+                   end_s: float) -> dict[str, np.ndarray]:
+    """Per request: TTFT (a request without a first token counts until ``end_s``), and the mean TBT of those
+    with two tokens or more (seconds)."""
+    has_first = ~np.isnan(t_first)
+    ttft = np.where(has_first, t_first - t_arr, end_s - t_arr)
+    gaps_n = np.maximum(outputs - 1, 0)
+    span = np.where(has_first, last_token - t_first, 0.0)
+    return {"ttft": ttft, "tbt": (span / np.maximum(gaps_n, 1))[gaps_n > 0]}
+
+
+def percentiles(values: dict[str, np.ndarray]) -> dict[str, float]:
+    """P50/P90/P99 of TTFT and per-request TBT (``ttft_p50_s`` ...; NaN where there is no value)."""
+    return {f"{name}_p{q}_s": float(np.percentile(v, q)) if v.size else float("nan")
+            for name, v in values.items() for q in (50, 90, 99)}
+
+
 def quantiles(trace: Any) -> dict[str, Any]:
-    """TTFT and per-request mean TBT quantiles, and the raw values for CDFs (seconds)."""
-    has_first = ~np.isnan(trace.t_first)
-    ttft = np.where(has_first, trace.t_first - trace.t_arr, trace.sim_s - trace.t_arr)
-    gaps_n = np.maximum(trace.outputs - 1, 0)
-    span = np.where(has_first, trace.last_token - trace.t_first, 0.0)
-    tbt = (span / np.maximum(gaps_n, 1))[gaps_n > 0]
-    out: dict[str, Any] = {}
-    for name, v in (("ttft", ttft), ("tbt", tbt)):
-        for q in (50, 90, 99):
-            out[f"{name}_p{q}_s"] = float(np.percentile(v, q)) if v.size else float("nan")
-    out["_cdf"] = {"ttft": np.sort(ttft), "gaps": np.sort(trace.gaps)}
+    """TTFT and per-request mean TBT quantiles, the raw values for CDFs and the per-request values (seconds)."""
+    values = request_values(trace.t_arr, trace.t_first, trace.outputs, trace.last_token, trace.sim_s)
+    out: dict[str, Any] = percentiles(values)
+    out["_cdf"] = {"ttft": np.sort(values["ttft"]), "gaps": np.sort(trace.gaps)}
+    out["_values"] = values
     return out
 
 
@@ -179,6 +190,7 @@ def score(row: dict[str, Any], requests: tuple, o: dict[str, Any], slo: tuple[fl
         s = side(tm, tq)
         if name == "all":
             row["twin"], row["error"], cdf = s, errors(row["real"], s), tq["_cdf"]
+            row["_twin_values"] = tq["_values"]  # for the errors pooled over seeds (fidelity_report)
         else:
             row.setdefault("ablation", {})[name] = {"twin": s, "error": errors(row["real"], s)}
     return cdf

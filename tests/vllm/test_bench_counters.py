@@ -5,7 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from superinfer.vllm.bench import HostLoad, instrument_stock
+from superinfer.vllm.bench import instrument_stock
+from superinfer.vllm.hostload import HostLoad
 
 
 class FakeScheduler:

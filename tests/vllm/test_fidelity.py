@@ -106,6 +106,21 @@ def test_a_repeat_measures_the_engine_against_itself(fidelity: dict) -> None:
     assert "noise floor vllm" in fidelity["_stdout"]
 
 
+def test_with_one_seed_the_pooled_errors_are_the_runs_own(fidelity: dict) -> None:
+    """The pooled errors (each point's seeds as one run) are computed from the per-request outcomes kept in
+    ``.cdf.npz``, the repeats' included: over one seed they must give back each run's own errors exactly."""
+    by_point = {(p["policy"], p["rps"]): p for p in fidelity["summary"]["points"]}
+    with np.load(fidelity["_path"].with_suffix(".cdf.npz")) as z:
+        assert all(f"{p}|3.0|0|rep1.t_first" in z.files for p in ("vllm", "lvf")), "the repeats' requests kept"
+    for r in fidelity["runs"]:
+        point = by_point[(r["policy"], r["rps"])]
+        assert point["pooled"] == pytest.approx(r["error"], nan_ok=True)
+        floor = errors(r["real"], r["real_repeats"][0])
+        assert point["noise_floor_pooled"] == pytest.approx({k: abs(v) for k, v in floor.items()}, nan_ok=True)
+    assert "pooled" in fidelity["summary"] and "pooled_mape_pct" in fidelity["summary"]["noise_floor"]
+    assert "rt_throttled_share" in fidelity["config"], "the run records whether real-time throttling applied"
+
+
 def test_rescoring_the_recorded_runs_reproduces_the_twin_without_an_engine(fidelity: dict, tmp_path: Path) -> None:
     """``--rescore`` scores the twin against an earlier JSON's real runs: with the same twin, the same numbers."""
     out = tmp_path / "again.json"
