@@ -116,7 +116,9 @@ def test_with_one_seed_the_pooled_errors_are_the_runs_own(fidelity: dict) -> Non
         point = by_point[(r["policy"], r["rps"])]
         assert point["pooled"] == pytest.approx(r["error"], nan_ok=True)
         floor = errors(r["real"], r["real_repeats"][0])
-        assert point["noise_floor_pooled"] == pytest.approx({k: abs(v) for k, v in floor.items()}, nan_ok=True)
+        assert point["noise_floor_pooled"] == pytest.approx({k: abs(floor[k]) for k in point["noise_floor_pooled"]},
+                                                            nan_ok=True)
+        assert set(point["noise_floor_pooled"]) == set(point["noise_floor"]) - {"pairs"}
     assert "pooled" in fidelity["summary"] and "pooled_mape_pct" in fidelity["summary"]["noise_floor"]
     assert "rt_throttled_share" in fidelity["config"], "the run records whether real-time throttling applied"
 
