@@ -20,6 +20,11 @@ def _mean(values: list[float]) -> float:
     return float(np.mean(finite)) if finite else float("nan")
 
 
+def _mean_abs(errs: list[dict[str, float]]) -> dict[str, float]:
+    """Each error measure's mean absolute value over several runs' errors (:data:`ERROR_KEYS`)."""
+    return {k: _mean([abs(e[k]) for e in errs]) for k in ERROR_KEYS}
+
+
 ATTAINMENTS = ("ttft_attainment", "tbt_attainment", "tbt_gap_attainment", "slo_attainment")
 
 
@@ -34,7 +39,7 @@ def real_values(fields: dict[str, np.ndarray], prefix: str = "") -> dict[str, np
 def pooled_side(values: list[dict[str, np.ndarray]], sides: list[dict[str, Any]]) -> dict[str, float]:
     """Several seeds' runs as one: percentiles over all their requests, attainments weighted by requests."""
     out = percentiles({k: np.concatenate([v[k] for v in values]) for k in ("ttft", "tbt")})
-    n = np.array([max(s.get("arrived", 1), 1) for s in sides], float)
+    n = np.array([max(s["arrived"], 1) for s in sides], float)
     out.update({k: float(np.dot(n, [s[k] for s in sides]) / n.sum()) for k in ATTAINMENTS})
     return out
 
@@ -56,7 +61,7 @@ def _pooled(rs: list[dict[str, Any]], requests: dict[tuple, dict[str, np.ndarray
                                 [r["real_repeats"][rep - 1] for r in rs])
             floor.append(errors(real, again))
     if floor:
-        out["noise_floor_pooled"] = {k: _mean([abs(e[k]) for e in floor]) for k in ERROR_KEYS}
+        out["noise_floor_pooled"] = _mean_abs(floor)
     return out
 
 
@@ -75,14 +80,13 @@ def summarise_fidelity(runs: list[dict[str, Any]], variants: list[str],
         row: dict[str, Any] = {"policy": policy, "rps": rps, "seeds": len(rs)}
         for name in variants:
             errs = [r["error"] if name == "all" else r["ablation"][name]["error"] for r in rs]
-            row[name] = {k: _mean([abs(e[k]) for e in errs]) for k in ERROR_KEYS}
+            row[name] = _mean_abs(errs)
         for side in ("real", "twin"):
             row[side] = {k: _mean([r[side][k] for r in rs]) for k in ("slo_attainment", "ttft_attainment",
                                                                       "tbt_attainment", "ttft_p90_s", "tbt_p90_s")}
         floor = [errors(r["real"], again) for r in rs for again in r.get("real_repeats", [])]
         if floor:  # the engine's first run against its repeats, the same measures as the twin's error
-            row["noise_floor"] = {k: _mean([abs(e[k]) for e in floor]) for k in ERROR_KEYS}
-            row["noise_floor"]["pairs"] = len(floor)
+            row["noise_floor"] = {**_mean_abs(floor), "pairs": len(floor)}
         row.update(_pooled(rs, requests or {}, twin_values or {}))
         points.append(row)
     winners = []
@@ -101,9 +105,8 @@ def summarise_fidelity(runs: list[dict[str, Any]], variants: list[str],
         out["noise_floor"] = {"mape_pct": _mean([p["noise_floor"]["mape_pct"] for p in floored]),
                               "slo_attainment_pp": _mean([p["noise_floor"]["slo_attainment_pp"] for p in floored]),
                               "twin_mape_pct_same_points": _mean([p["all"]["mape_pct"] for p in floored])}
-        pooled = [p for p in floored if "noise_floor_pooled" in p]
-        if pooled and len(pooled) == len(floored):
-            out["noise_floor"].update({f"pooled_{k}": _mean([p["noise_floor_pooled"][k] for p in pooled])
+        if all("noise_floor_pooled" in p for p in floored):
+            out["noise_floor"].update({f"pooled_{k}": _mean([p["noise_floor_pooled"][k] for p in floored])
                                        for k in ("mape_pct", "slo_attainment_pp")})
     return out
 

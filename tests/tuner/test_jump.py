@@ -82,8 +82,6 @@ def test_a_setting_the_study_did_not_score_is_tried() -> None:
     assert "jump" not in actions(ctl) and "trial" in actions(ctl)
 
 
-
-
 @pytest.mark.parametrize("mode", ["shadow", "advise"])
 def test_shadow_and_advise_say_they_would_jump_and_write_nothing(mode: str) -> None:
     world = World(share_world(best=1.6))
