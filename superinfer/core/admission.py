@@ -86,6 +86,16 @@ class VictimTail:
         w.sched[rows] = w.alloc[rows] = 0
 
 
+def swap_in_blocks(dram: int | np.ndarray, computed: int | np.ndarray, bs: int) -> int | np.ndarray:
+    """Device blocks a swap-in of a request with ``dram`` host blocks and ``computed`` tokens of KV takes: its
+    host blocks and the block its next token is written to. A request parked at a block boundary (every forced
+    park: it had just filled its last block) needs one block more than it parked, as vLLM allocates on resume;
+    reserving only the parked blocks admits a request that cannot take its next step, which then forces a
+    park at once (the twin) or fails vLLM's allocation and blocks the waiting queue behind it (the plugin;
+    docs/fidelity.md, 2026-12-01)."""
+    return np.maximum(dram, (computed + bs) // bs) if isinstance(dram, np.ndarray) else max(dram, (computed + bs) // bs)
+
+
 def slo_slack(ctx: Ctx, rows: np.ndarray) -> np.ndarray:
     """Seconds each of ``rows`` is ahead of its SLO (negative: behind). After k >= 1 output tokens the
     TBT budget spent so far: ``S_B·(k−1) − (now − t_first)``; before the first, the TTFT headroom
@@ -154,10 +164,10 @@ class Walk:
                 # that the link or the tokens cannot take whole this iteration loads as below
                 tokens = min(todo, w.tokens)
                 need, h2d = max(dram, (computed + tokens + w.bs - 1) // w.bs), dram
-            elif dram > 0:  # a swap-in: reserve all its blocks, copy what the link allows now
+            elif dram > 0:  # a swap-in: reserve its blocks and its next token's, copy what the link allows now
                 if w.h2d == 0:
                     return "link"
-                tokens, need, h2d = 0, dram, min(dram, w.h2d)
+                tokens, need, h2d = 0, swap_in_blocks(dram, computed, w.bs), min(dram, w.h2d)
             else:  # a candidate holds no device blocks: it needs blocks for what it computes now
                 tokens = min(todo, w.tokens)
                 if tokens <= 0:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from superinfer.core.admission import admit, slo_slack
+from superinfer.core.admission import admit, slo_slack, swap_in_blocks
 from superinfer.core.orders import Ctx, PolicySpec
 from superinfer.core.types import Capacity, Plan, Snapshot
 from superinfer.core.work import RUNNING, Work
@@ -160,7 +160,7 @@ def only_serves_batch(ctx: Ctx, spec: PolicySpec, has_fallback: bool) -> bool:
     parked = s.blocks_dram[cand]
     computed = s.num_computed[cand]
     tokens = np.minimum(s.num_tokens[cand] - computed, max(left, 0))
-    need = np.where(parked > 0, parked, (computed + tokens + bs - 1) // bs)
+    need = np.where(parked > 0, swap_in_blocks(parked, computed, bs), (computed + tokens + bs - 1) // bs)
     possible = (need <= free) & np.where(parked > 0, cap.b_xfer > 0, tokens > 0)
     if possible.any():
         return False
