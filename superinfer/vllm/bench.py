@@ -119,8 +119,8 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
         if probe is not None and not llm.llm_engine.has_unfinished_requests():
             probed.append(probe(llm))
         counters: dict[str, int] = {"preemptions": r.preemptions}
-        engine = {"preemptions": r.preemptions, "rotations": 0, "forced_victims": 0, "resumed": 0,
-                  "recomputed_tokens": 0, "swap_ins": 0, "swap_in_blocks": 0, "swap_out_blocks": 0,
+        engine = {"preemptions": r.preemptions, "rotations": 0, "forced_victims": 0, "admissions_refused": 0,
+                  "resumed": 0, "recomputed_tokens": 0, "swap_ins": 0, "swap_in_blocks": 0, "swap_out_blocks": 0,
                   "sync_blocks": 0, "recompute_fallbacks": 0, "fallback_tokens": 0}
         if stock is not None:
             engine.update(stock)
@@ -128,6 +128,7 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
             st = scheduler_of(llm).stats_dict()
             sc, led = st["scheduler"], st.get("ledger", {})
             engine.update(rotations=int(sc.get("rotations", 0)), forced_victims=int(sc.get("forced_victims", 0)),
+                          admissions_refused=int(sc.get("admissions_refused", 0)),
                           resumed=int(sc.get("resumed", 0)), recomputed_tokens=int(sc.get("recomputed_tokens", 0)),
                           swap_ins=int(led.get("loads", 0)), swap_in_blocks=int(led.get("swap_in_blocks", 0)),
                           swap_out_blocks=int(led.get("swap_out_blocks", 0)), sync_blocks=int(led.get("sync_blocks", 0)),

@@ -298,7 +298,8 @@ class RotaScheduler(Scheduler):
         finally:
             rest = self.waiting
             self.waiting = full
-            if rest:
+            if rest:  # admitted by the plan, not taken by vLLM: the plan misjudged room (tests keep this 0)
+                self.stats["admissions_refused"] += len(rest)
                 full.prepend_requests(reversed(list(rest)))
 
     def _after_schedule(self, out: Any, now: float) -> None:

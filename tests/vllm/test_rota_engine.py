@@ -113,6 +113,7 @@ def test_nothing_lost_and_both_tiers_empty_at_the_end(rotated: Any) -> None:
     # driven test below steps on and checks the worker pool is then completely free).
     assert w["pool_blocks"] == HOST_BLOCKS and w["requests_with_host_blocks"] <= 4, w
     assert w.get("park_failures", 0) == 0 and w.get("load_failures", 0) == 0
+    assert s.stats["admissions_refused"] == 0, "every request the plan admitted, vLLM's pass took"
 
 
 def test_sync_load_mode_is_lossless_too(run_vllm: Callable[..., Any], prompts_for: Callable[[int], list[str]],
@@ -123,6 +124,8 @@ def test_sync_load_mode_is_lossless_too(run_vllm: Callable[..., Any], prompts_fo
     assert s.stats["rotations"] >= 100 and s.stats["recomputed_tokens"] == 0
     # a synchronous load resumes in the same step with exactly its one decode token per parked decode
     assert s.stats["resumed_scheduled_tokens"] < 2 * s.stats["resumed"]
+    # a resume needs its parked blocks and its next token's: the plan reserves both, so vLLM never refuses one
+    assert s.stats["admissions_refused"] == 0
     assert run.token_ids == ample_run.token_ids
 
 
