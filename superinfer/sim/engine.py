@@ -223,13 +223,14 @@ class Simulator:
         plan = self.policy.plan(snap, cap, cfg.params, cfg.tenants, now, validate=False)
         plan_s = time.perf_counter() - t0
         rows = st.rows_of(plan.sched_ids)  # shared by apply, the cost model and advance
+        swap_ins = st.counters.swap_ins
         moves = st.apply(plan, now, lossless_victims=self.lossless, rows=rows)
         tokens = plan.sched_tokens
         decode = (tokens == 1) & (st.outputs[rows] > 0)
         price = cm.price_step(tokens, st.num_computed[rows], decode, moves.h2d_blocks, len(moves.swap_out),
                               len(moves.sync))
         wall = cfg.host.wall_s(price, plan.victim_d2h, plan.swap_blocks, len(moves.sync))
-        t_end = now + wall + self._host_s(snap, cap, tokens, now)
+        t_end = now + wall + self._host_s(snap, cap, tokens, now, st.counters.swap_ins - swap_ins)
         self.max_h2d = max(self.max_h2d, moves.h2d_blocks)
         self.max_d2h = max(self.max_d2h, moves.d2h_blocks)
         self.max_used = max(self.max_used, st.ledger.hbm.used)
@@ -237,10 +238,11 @@ class Simulator:
         sampled = st.advance(plan, t_end, rows)
         return StepResult(now, t_end, plan, snap, moves, price, plan_s, sampled)
 
-    def _host_s(self, snap: Snapshot, cap: Capacity, sched_tokens: np.ndarray, now: float) -> float:
-        """The iteration's host terms (:class:`HostCosts`); called once the plan's blocks have moved."""
+    def _host_s(self, snap: Snapshot, cap: Capacity, sched_tokens: np.ndarray, now: float, resumes: int) -> float:
+        """The iteration's host terms (:class:`HostCosts`); called once the plan's blocks have moved, with the
+        number of swap-ins it started."""
         host, cfg, st = self.cfg.host, self.cfg, self.state
-        extra = host.step_s + host.output_s + host.output_per_seq_s * sched_tokens.shape[0]
+        extra = host.step_s + host.output_s + host.output_per_seq_s * sched_tokens.shape[0] + host.resume_s * resumes
         if host.waiting_s > 0 and np.any(st.phase[st.live_rows()] != Phase.RUNNING):
             extra += host.waiting_s  # requests still wait after this step's admissions
         if self._idle_s > 0:

@@ -38,7 +38,10 @@ class HostCosts:
       loads ``load_s`` + ``load_block_s`` x the blocks loaded, a step with eager syncs ``sync_call_s`` +
       ``sync_block_s`` x the blocks. Measured from the plugin's worker (:mod:`superinfer.vllm.kvworker`).
       Only operations that copy blocks cost (as measured). Where any is set (:attr:`prices_kv`) they
-      *replace* the cost model's copy pricing for the step.
+      *replace* the cost model's copy pricing for the step;
+    * ``resume_s``: per request a step starts swapping in (resumes), beyond the connector's load: on the
+      vLLM plugin, the engine's own work to bring a preempted request back (``host_resume``, measured on the
+      plugin's steps, :mod:`superinfer.vllm.fidelity_resume`).
     """
 
     step_s: float = 0.0
@@ -58,6 +61,7 @@ class HostCosts:
     sync_call_s: float = 0.0
     sync_block_s: float = 0.0
     shape_capacity: float = 0
+    resume_s: float = 0.0
 
     def __post_init__(self) -> None:
         try:

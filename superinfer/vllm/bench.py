@@ -87,11 +87,14 @@ def instrument_stock(sched: Any) -> dict[str, int]:
 
 def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, float], workdir: Path,
                traces: dict[tuple[str, int], Any] | None = None,
-               probe: Callable[[Any], float] | None = None) -> dict[str, Any]:
+               probe: Callable[[Any], float] | None = None,
+               step_logs: dict[tuple[str, int], Any] | None = None) -> dict[str, Any]:
     """One real-engine run: metrics as ``bench sim``'s, engine counters, host load. ``traces``, if given,
     receives the run's :class:`~superinfer.sim.engine.Trace` under ``(policy, seed)``. ``probe``, if given,
     is called with the open engine just before the replay and just after it (when the engine drained):
-    ``out["probe_s"]`` holds what it returned (the host's speed at the time, ``bench fidelity``)."""
+    ``out["probe_s"]`` holds what it returned (the host's speed at the time, ``bench fidelity``).
+    ``step_logs``, if given, receives the plugin's per-step record (:class:`~superinfer.vllm.steplog.StepLog`;
+    the plugin's policies only) under ``(policy, seed)``."""
     from superinfer.core import Tenant, TenantTable
     from superinfer.sim.metrics import run_metrics
     from superinfer.vllm import kvworker
@@ -113,6 +116,10 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
     with open_engine(spec, workdir) as llm:
         stock = instrument_stock(scheduler_of(llm)) if policy not in ROTA_POLICIES else None
         probed = [probe(llm)] if probe is not None else []
+        if step_logs is not None and stock is None:
+            from superinfer.vllm.steplog import StepLog
+
+            step_logs[(policy, seed)] = scheduler_of(llm).step_log = StepLog()
         load = HostLoad()
         r = replay(llm, arr, prompts, output, o["duration"], o["drain"])
         host = load.result()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,121 +23,11 @@ import click
 import numpy as np
 
 from superinfer.vllm.bench import _requests, engine_options, prepare, run_policy
+from superinfer.vllm.fidelity_probes import (calibration, host_from_json, host_json, host_terms, measure_shape_capacity,
+                                            remeasure_terms)
 from superinfer.vllm.fidelity_store import REQUEST_FIELDS, cdf_path, load_rescore, save_real
 from superinfer.vllm.fidelity_twin import (TERMS, cost_model, probe_reference, quantiles, score, side, speed_factor,
                                           variants)
-
-#: the seed of the probe replay that times the plugin's plans (no compared run uses it)
-PLAN_PROBE_SEED = 1000
-
-
-def _calibration(o: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """The twin's calibration: ``--twin-calibration`` if given, else measured now (as ``superinferd calibrate``)."""
-    from superinfer.sim import calibration as calib
-    from superinfer.vllm.calibrate import fit_mape, measure, robust_fit
-
-    if o.get("twin_calibration"):
-        cal = calib.load(o["twin_calibration"])
-        return cal, {"source": o["twin_calibration"], "coefficients": cal.to_json_dict()["coefficients"]}
-    samples = measure(o["model"], block_size=o["block_size"], max_model_len=o["max_model_len"], repeats=2)
-    coef, dropped = robust_fit(samples)
-    cal = calib.Calibration(engine="vllm", model=Path(o["model"]).name, hardware="this host", date="",
-                            coefficients=coef, block_size=o["block_size"])
-    return cal, {"source": "measured (repeats 2)", "coefficients": cal.to_json_dict()["coefficients"],
-                 "samples": len(samples), "dropped_outliers": dropped,
-                 "fit_mape_pct": 100 * fit_mape(coef, samples)}
-
-
-def _stock_spec(o: dict[str, Any], **extra: Any) -> Any:
-    """An :class:`~superinfer.vllm.replay.EngineSpec` of stock vLLM with the run's engine settings (``extra``
-    overrides or adds fields)."""
-    from superinfer.vllm.replay import EngineSpec
-
-    return EngineSpec(model=o["model"], policy="vllm", block_size=o["block_size"], max_model_len=o["max_model_len"],
-                      max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=o["max_num_batched_tokens"], **extra)
-
-
-def _median_prompt(o: dict[str, Any], rate: float) -> int:
-    """The median prompt length (tokens) of the run's requests at ``rate``, seed 0 (what the host probes use)."""
-    _, _, prompt, _, _ = _requests(o["workload"], o["arrival"], rate, o["duration"], 0, o["max_model_len"])
-    return int(np.median(prompt))
-
-
-def _host_terms(o: dict[str, Any], policies: list[str], rates: list[float], slo: tuple[float, float],
-                workdir: Path) -> dict[str, dict[str, Any]]:
-    """The host terms per policy (:mod:`superinfer.vllm.fidelity_host`): the step probes, and for the
-    plugin's policies the plan line and the KV connector's lines (``host_kv``) from a probe replay of the
-    workload at the highest rate, on a seed no compared run uses."""
-    from superinfer.vllm.fidelity_host import kv_lines, measure_host_costs, plan_line
-    from superinfer.vllm.replay import ROTA_POLICIES
-
-    spec = _stock_spec(o, params={"ttft_slo": slo[0], "tbt_slo": slo[1], "b_xfer": o["b_xfer"]},
-                       host_blocks=o["host_blocks"], load=o.get("load"))
-    host = measure_host_costs(spec, policies, _median_prompt(o, rates[0]), workdir)
-    probe_o = {**o, "rps": max(rates), "duration": min(float(o["duration"]), 10.0)}
-    for policy in policies:
-        if policy not in ROTA_POLICIES:
-            continue
-        click.echo(f"{policy}: probe replay for the plan's cost ...", err=True)
-        counters = run_policy(policy, PLAN_PROBE_SEED, probe_o, slo, workdir)["engine_counters"]
-        sums, kv = counters.get("plan_sums", {}), counters.get("kv_sums", {})
-        a, b = plan_line(sums)
-        host[policy]["host"] = replace(host[policy]["host"], plan_s=a, plan_per_live_s=b, **kv_lines(kv))
-        host[policy]["plan_probe"] = {"seed": PLAN_PROBE_SEED, "rps": probe_o["rps"], "duration_s": probe_o["duration"],
-                                      **sums}
-        host[policy]["kv_probe"] = kv
-    return host
-
-
-def measure_shape_capacity(o: dict[str, Any], host: dict[str, dict[str, Any]], workdir: Path) -> None:
-    """``shape_capacity`` (:func:`superinfer.vllm.fidelity_shapes.shape_capacity`) on a stock engine of these
-    settings, into every policy's host terms (and its probe as ``shape_probe``). Run after the engine runs: the
-    probe runs a few hundred new batch sizes, and the runs should not start from a kernel cache it filled (on
-    the run of 2026-12-01 11:00, with the probe first, the engine was 2.0 ms slower than the twin on the steps
-    the twin priced as cold; not shown to be the probe's doing, docs/fidelity.md)."""
-    from superinfer.vllm.fidelity_shapes import shape_capacity
-    from superinfer.vllm.replay import open_engine
-
-    spec = _stock_spec(o, num_blocks=128)
-    click.echo("measuring the kernel cache's capacity (shape_capacity) ...", err=True)
-    with open_engine(spec, workdir) as llm:
-        probe = shape_capacity(llm, o["max_model_len"] - 2, o["max_num_batched_tokens"])
-    for h in host.values():
-        h["host"] = replace(h["host"], shape_capacity=probe["shape_capacity"])
-        h["shape_probe"] = probe
-
-
-def _host_json(host: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    return {p: {**asdict(h["host"]), **{k: v for k, v in h.items() if k != "host"}} for p, h in host.items()}
-
-
-def _host_from_json(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    from superinfer.sim.engine import HostCosts
-
-    fields = HostCosts.__dataclass_fields__
-    return {p: {"host": HostCosts(**{k: v for k, v in h.items() if k in fields}),
-                **{k: v for k, v in h.items() if k not in fields}} for p, h in d.items()}
-
-
-def _remeasure(o: dict[str, Any], host: dict[str, dict[str, Any]], names: str) -> dict[str, Any]:
-    """Measure the host terms ``names`` (:data:`superinfer.vllm.fidelity_wake.REMEASURABLE`) now, on a stock
-    engine of the recorded settings, and put them in every policy's :class:`HostCosts` of ``host``; returns
-    the new values and the recorded ones they replace (``--rescore --remeasure``)."""
-    from superinfer.vllm.fidelity_wake import REMEASURABLE, remeasure
-
-    terms = tuple(t.strip() for t in names.split(",") if t.strip())
-    unknown = [t for t in terms if t not in REMEASURABLE]
-    if not terms or unknown:
-        raise click.BadParameter(f"{names!r}: terms are {', '.join(REMEASURABLE)}", param_hint="--remeasure")
-    rate = float(str(o.get("rates") or o["rps"]).split(",")[0])
-    click.echo(f"measuring {', '.join(terms)} now ...", err=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        values = remeasure(_stock_spec(o), _median_prompt(o, rate), terms, Path(tmp))
-    first = next(iter(host.values()))["host"]
-    recorded = {k: getattr(first, k) for k in values}
-    for h in host.values():
-        h["host"] = replace(h["host"], **values)
-    return {"terms": list(terms), "values": values, "recorded": recorded}
 
 
 def _twin_calibration(coefficients: dict[str, float], block_size: int, copy_s: float, model: str) -> Any:
@@ -217,7 +106,7 @@ def _score_all(rows: list[dict[str, Any]], o: dict[str, Any], slo: tuple[float, 
                    "(its settings, SLOs, calibration and host terms; CDFs from its .cdf.npz).")
 @click.option("--remeasure", default=None,
               help="With --rescore: measure these host terms on this host now (comma-separated: host_arrival, "
-                   "host_wake, shape_capacity) in place of the recorded ones; needs the JSON's model.")
+                   "host_wake, shape_capacity, host_resume) in place of the recorded ones; needs the JSON's model.")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 10),
               help="Run the engine this many times on each point's requests (interleaved); the summary's "
                    "noise_floor is the engine's error against itself (its first run against each repeat).")
@@ -233,9 +122,11 @@ def bench_fidelity(**o: Any) -> None:
         old, run_o, rows = load_rescore(o["rescore"], o["ablate"])
         slo_info, cal_info, copy_s, command = old["slo"], old["calibration"], old["copy_s_per_block"], old["command"]
         slo = (slo_info["ttft_slo_s"], slo_info["tbt_slo_s"])
-        host = _host_from_json(old["host_terms"])
+        host = host_from_json(old["host_terms"])
         if o["remeasure"]:
-            remeasured = _remeasure(run_o, host, o["remeasure"])
+            from superinfer.sim.calibration import Coefficients
+
+            remeasured = remeasure_terms(run_o, host, o["remeasure"], slo, Coefficients(**cal_info["coefficients"]))
     else:
         if o["remeasure"]:
             raise click.BadParameter("only with --rescore (a run measures every term)", param_hint="--remeasure")
@@ -245,9 +136,9 @@ def bench_fidelity(**o: Any) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             workdir = Path(tmp)
             policies, slo, measured = prepare(o, workdir)
-            cal_info = _calibration(o)[1]
-            click.echo("measuring host terms (scheduler, plans, arrivals, KV copies) ...", err=True)
-            host = _host_terms(o, policies, rates, slo, workdir)
+            cal, cal_info = calibration(o)
+            click.echo("measuring host terms (scheduler, plans, arrivals, KV copies, resumes) ...", err=True)
+            host = host_terms(o, policies, rates, slo, cal.coefficients, workdir)
             copy_s = copy_s_per_block(o["model"], o["block_size"])
             rows = _engine_runs(o, rates, policies, slo, host, workdir)
             measure_shape_capacity(o, host, workdir)
@@ -264,7 +155,7 @@ def bench_fidelity(**o: Any) -> None:
         **({"remeasured": remeasured} if remeasured else {}),
         "slo": slo_info,
         "calibration": cal_info,
-        "host_terms": _host_json(host),
+        "host_terms": host_json(host),
         "copy_s_per_block": copy_s,
         "terms": list(TERMS),
         "runs": rows,

@@ -24,7 +24,7 @@ here on the same engine settings, apart from the runs the twin is compared with:
 * ``wake_idle_s`` / ``wake_extra_s`` -- a request's arrival to its first token after the engine sat idle
   (slept as the replay sleeps), minus the same back to back, at a few idle times
   (:func:`superinfer.vllm.fidelity_wake.wake_costs`);
-* ``shape_capacity`` is measured after the runs (:func:`superinfer.vllm.fidelity.measure_shape_capacity`):
+* ``shape_capacity`` is measured after the runs (:func:`superinfer.vllm.fidelity_probes.measure_shape_capacity`):
   its probe runs a few hundred new sizes, and the runs should not start from a kernel cache it filled;
 * the KV copy time per block (:func:`copy_s_per_block`): the connector's CPU copy path (one ``copy_`` per
   layer, K and V, and block, as DuplexKV's torch backend runs it) timed on the model's block shape.

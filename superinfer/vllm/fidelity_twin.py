@@ -23,7 +23,7 @@ import numpy as np
 
 #: the twin's model terms that ``--ablate`` can switch off (docs/fidelity.md)
 TERMS = ("host_step", "host_plan", "host_waiting", "host_arrival", "new_shape", "shape_history", "shape_capacity",
-         "host_output", "host_wake", "host_kv", "sync_resume", "sync_transfers", "host_speed")
+         "host_output", "host_wake", "host_kv", "host_resume", "sync_resume", "sync_transfers", "host_speed")
 PCT_KEYS = ("ttft_p50", "ttft_p90", "tbt_p50", "tbt_p90")
 SIDE_KEYS = ("ttft_attainment", "tbt_attainment", "tbt_gap_attainment", "slo_attainment", "throughput_tok_s",
              "rotations", "preemptions", "finished", "arrived")
@@ -141,7 +141,8 @@ def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[flo
     zero = {"host_step": ("step_s",), "host_plan": ("plan_s", "plan_per_live_s"), "host_arrival": ("arrival_s",),
             "new_shape": ("new_shape_s",), "host_output": ("output_s", "output_per_seq_s"),
             "host_waiting": ("waiting_s",), "shape_capacity": ("shape_capacity",),
-            "host_kv": ("park_call_s", "park_block_s", "load_s", "load_block_s", "sync_call_s", "sync_block_s")}
+            "host_kv": ("park_call_s", "park_block_s", "load_s", "load_block_s", "sync_call_s", "sync_block_s"),
+            "host_resume": ("resume_s",)}
     for term, fields in zero.items():
         if term in off:
             host = replace(host, **{f: 0.0 for f in fields})

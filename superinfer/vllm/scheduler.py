@@ -38,6 +38,7 @@ from vllm.v1.request import RequestStatus
 from superinfer.core import Capacity, Plan, RequestTable, Snapshot, batch_token_budget, get_policy, nothing_to_plan, rank_order
 from superinfer.vllm.connector import DuplexKVConnector, connector_extra
 from superinfer.vllm.params import ENV_CALIBRATION, ENV_PARAMS_FILE, LiveParams, ParamSource, load_step_model
+from superinfer.vllm.steplog import StepLog
 from superinfer.vllm.tenants import RequestTenants
 
 log = logging.getLogger(__name__)
@@ -78,10 +79,13 @@ class RotaScheduler(Scheduler):
         self._pre_computed: dict[str, int] = {}
         self.tenants = RequestTenants(self.stats)
         self._vlt_by_row = np.zeros(0)
+        self.step_log: StepLog | None = None  # a bench's per-step record (superinfer.vllm.steplog); off by default
 
     # -- requests in and out ---------------------------------------------------------------------
     def add_request(self, request: Any) -> None:
         super().add_request(request)
+        if self.step_log is not None:
+            self.step_log.arrivals += 1
         rid = request.request_id
         if rid not in self.table and rid in self.requests:
             self.table.add(rid, float(request.arrival_time), int(request.num_tokens), tenant=self.tenants.index_of(request),
@@ -119,6 +123,8 @@ class RotaScheduler(Scheduler):
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         live = self.param_source.current()
         now = self.clock()
+        if self.step_log is not None:
+            self.step_log.begin()
         self.stats["steps"] += 1
         self._refresh()
         self._d2h_left = live.b_xfer
@@ -128,6 +134,9 @@ class RotaScheduler(Scheduler):
         finally:
             self.max_num_scheduled_tokens = self._max_tokens
         self._after_schedule(out, now)
+        if self.step_log is not None:
+            self.step_log.end(out, self.requests, self.ledger.stats if self.ledger is not None else {},
+                              self.stats["plan_timed"], len(self.table), len(self.waiting))
         return out
 
     def _schedule_step(self, live: LiveParams, now: float, args: tuple, kwargs: dict) -> Any:

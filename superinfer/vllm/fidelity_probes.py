@@ -1,0 +1,159 @@
+"""Measuring the twin's terms on engines, for ``superinferd bench fidelity``: the calibration, the host terms (the
+step probes of :mod:`superinfer.vllm.fidelity_host`, the probe replays that time the plugin's plans, connector and
+resumes, the kernel cache's capacity), their JSON form, and ``--rescore --remeasure``."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from superinfer.vllm.bench import _requests, run_policy
+
+#: the seed of the probe replay that times the plugin's plans (no compared run uses it)
+PLAN_PROBE_SEED = 1000
+
+
+def calibration(o: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The twin's calibration: ``--twin-calibration`` if given, else measured now (as ``superinferd calibrate``)."""
+    from superinfer.sim import calibration as calib
+    from superinfer.vllm.calibrate import fit_mape, measure, robust_fit
+
+    if o.get("twin_calibration"):
+        cal = calib.load(o["twin_calibration"])
+        return cal, {"source": o["twin_calibration"], "coefficients": cal.to_json_dict()["coefficients"]}
+    samples = measure(o["model"], block_size=o["block_size"], max_model_len=o["max_model_len"], repeats=2)
+    coef, dropped = robust_fit(samples)
+    cal = calib.Calibration(engine="vllm", model=Path(o["model"]).name, hardware="this host", date="",
+                            coefficients=coef, block_size=o["block_size"])
+    return cal, {"source": "measured (repeats 2)", "coefficients": cal.to_json_dict()["coefficients"],
+                 "samples": len(samples), "dropped_outliers": dropped,
+                 "fit_mape_pct": 100 * fit_mape(coef, samples)}
+
+
+def _stock_spec(o: dict[str, Any], **extra: Any) -> Any:
+    """An :class:`~superinfer.vllm.replay.EngineSpec` of stock vLLM with the run's engine settings (``extra``
+    overrides or adds fields)."""
+    from superinfer.vllm.replay import EngineSpec
+
+    return EngineSpec(model=o["model"], policy="vllm", block_size=o["block_size"], max_model_len=o["max_model_len"],
+                      max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=o["max_num_batched_tokens"], **extra)
+
+
+def _median_prompt(o: dict[str, Any], rate: float) -> int:
+    """The median prompt length (tokens) of the run's requests at ``rate``, seed 0 (what the host probes use)."""
+    _, _, prompt, _, _ = _requests(o["workload"], o["arrival"], rate, o["duration"], 0, o["max_model_len"])
+    return int(np.median(prompt))
+
+
+def _probe_replays(o: dict[str, Any], host: dict[str, dict[str, Any]], rates: list[float], slo: tuple[float, float],
+                   coefficients: Any, workdir: Path, terms: tuple[str, ...] = ("host_plan", "host_kv", "host_resume")
+                   ) -> None:
+    """For each of the plugin's policies in ``host``, a probe replay of the workload at the highest rate, on a
+    seed no compared run uses: the plan line (``host_plan``) and the KV connector's lines (``host_kv``) from the
+    plugin's timings, then ``host_resume`` from its steps priced with those (:mod:`superinfer.vllm.fidelity_resume`);
+    only ``terms`` are replaced in ``host``."""
+    from superinfer.vllm.fidelity_host import kv_lines, plan_line
+    from superinfer.vllm.fidelity_resume import resume_line
+    from superinfer.vllm.replay import ROTA_POLICIES
+
+    probe_o = {**o, "rps": max(rates), "duration": min(float(o["duration"]), 10.0)}
+    for policy in [p for p in host if p in ROTA_POLICIES]:
+        click.echo(f"{policy}: probe replay for the plan's, the connector's and a resume's cost ...", err=True)
+        logs: dict[tuple[str, int], Any] = {}
+        counters = run_policy(policy, PLAN_PROBE_SEED, probe_o, slo, workdir, step_logs=logs)["engine_counters"]
+        sums, kv = counters.get("plan_sums", {}), counters.get("kv_sums", {})
+        a, b = plan_line(sums)
+        h, probe = host[policy]["host"], {"seed": PLAN_PROBE_SEED, "rps": probe_o["rps"], "duration_s": probe_o["duration"]}
+        if "host_plan" in terms:
+            h = replace(h, plan_s=a, plan_per_live_s=b)
+            host[policy]["plan_probe"] = {**probe, **sums}
+        if "host_kv" in terms:
+            h = replace(h, **kv_lines(kv))
+            host[policy]["kv_probe"] = kv
+        if "host_resume" in terms:
+            line = resume_line(logs[(policy, PLAN_PROBE_SEED)].array(), coefficients, h)
+            h = replace(h, resume_s=line.pop("resume_s"))
+            host[policy]["resume_probe"] = {**probe, **line}
+        host[policy]["host"] = h
+
+
+def host_terms(o: dict[str, Any], policies: list[str], rates: list[float], slo: tuple[float, float],
+                coefficients: Any, workdir: Path) -> dict[str, dict[str, Any]]:
+    """The host terms per policy (:mod:`superinfer.vllm.fidelity_host`): the step probes, and for the plugin's
+    policies the probe replays (:func:`_probe_replays`)."""
+    from superinfer.vllm.fidelity_host import measure_host_costs
+
+    spec = _stock_spec(o, params={"ttft_slo": slo[0], "tbt_slo": slo[1], "b_xfer": o["b_xfer"]},
+                       host_blocks=o["host_blocks"], load=o.get("load"))
+    host = measure_host_costs(spec, policies, _median_prompt(o, rates[0]), workdir)
+    _probe_replays(o, host, rates, slo, coefficients, workdir)
+    return host
+
+
+def measure_shape_capacity(o: dict[str, Any], host: dict[str, dict[str, Any]], workdir: Path) -> None:
+    """``shape_capacity`` (:func:`superinfer.vllm.fidelity_shapes.shape_capacity`) on a stock engine of these
+    settings, into every policy's host terms (and its probe as ``shape_probe``). Run after the engine runs: the
+    probe runs a few hundred new batch sizes, and the runs should not start from a kernel cache it filled (on
+    the run of 2026-12-01 11:00, with the probe first, the engine was 2.0 ms slower than the twin on the steps
+    the twin priced as cold; not shown to be the probe's doing, docs/fidelity.md)."""
+    from superinfer.vllm.fidelity_shapes import shape_capacity
+    from superinfer.vllm.replay import open_engine
+
+    spec = _stock_spec(o, num_blocks=128)
+    click.echo("measuring the kernel cache's capacity (shape_capacity) ...", err=True)
+    with open_engine(spec, workdir) as llm:
+        probe = shape_capacity(llm, o["max_model_len"] - 2, o["max_num_batched_tokens"])
+    for h in host.values():
+        h["host"] = replace(h["host"], shape_capacity=probe["shape_capacity"])
+        h["shape_probe"] = probe
+
+
+def host_json(host: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {p: {**asdict(h["host"]), **{k: v for k, v in h.items() if k != "host"}} for p, h in host.items()}
+
+
+def host_from_json(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    from superinfer.sim.engine import HostCosts
+
+    fields = HostCosts.__dataclass_fields__
+    return {p: {"host": HostCosts(**{k: v for k, v in h.items() if k in fields}),
+                **{k: v for k, v in h.items() if k not in fields}} for p, h in d.items()}
+
+
+def remeasure_terms(o: dict[str, Any], host: dict[str, dict[str, Any]], names: str, slo: tuple[float, float],
+               coefficients: Any) -> dict[str, Any]:
+    """Measure the host terms ``names`` now, with the recorded settings, and put them in the policies'
+    :class:`HostCosts` of ``host``: those of :data:`superinfer.vllm.fidelity_wake.REMEASURABLE` on a stock engine
+    (every policy alike), ``host_resume`` by a probe replay of each plugin policy (:func:`_probe_replays`, the
+    plan and connector lines as recorded). Returns the new values and the recorded ones they replace
+    (``--rescore --remeasure``)."""
+    from superinfer.vllm.fidelity_wake import REMEASURABLE, remeasure
+
+    terms = tuple(t.strip() for t in names.split(",") if t.strip())
+    known = (*REMEASURABLE, "host_resume")
+    unknown = [t for t in terms if t not in known]
+    if not terms or unknown:
+        raise click.BadParameter(f"{names!r}: terms are {', '.join(known)}", param_hint="--remeasure")
+    rates = [float(x) for x in str(o.get("rates") or o["rps"]).split(",")]
+    click.echo(f"measuring {', '.join(terms)} now ...", err=True)
+    stock_terms = tuple(t for t in terms if t != "host_resume")
+    values: dict[str, Any] = {}
+    recorded: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        if stock_terms:
+            values = remeasure(_stock_spec(o), _median_prompt(o, rates[0]), stock_terms, Path(tmp))
+            first = next(iter(host.values()))["host"]
+            recorded = {k: getattr(first, k) for k in values}
+            for h in host.values():
+                h["host"] = replace(h["host"], **values)
+        if "host_resume" in terms:
+            before = {p: h["host"].resume_s for p, h in host.items()}
+            _probe_replays(o, host, rates, slo, coefficients, Path(tmp), terms=("host_resume",))
+            values["resume_s"] = {p: h["host"].resume_s for p, h in host.items()}
+            recorded["resume_s"] = before
+    return {"terms": list(terms), "values": values, "recorded": recorded}

@@ -1,0 +1,113 @@
+"""``host_resume``: what a resumed request costs the engine's step beyond what the twin prices, measured from
+the plugin's per-step record (``StepLog``) and charged by the twin per swap-in it starts."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from superinfer.core import Params, Tenant, TenantTable
+from superinfer.sim.calibration import Coefficients
+from superinfer.sim.host import HostCosts
+from superinfer.vllm.fidelity_resume import MIN_STEPS, predicted_s, resume_line
+from superinfer.vllm.steplog import COLUMNS, StepLog
+
+COEF = Coefficients(overhead_s=1.5e-3, per_decode_seq_s=1e-4, per_kv_token_s=1e-7)
+HOST = HostCosts(step_s=3e-4, output_s=1e-4, output_per_seq_s=1e-5, plan_s=3e-4, waiting_s=5e-5, arrival_s=2e-4,
+                 park_call_s=2.4e-4, park_block_s=2.5e-5, load_s=1.4e-4, load_block_s=2e-5)
+
+
+def steps(n: int, *, resumes: int = 0, tokens_per_seq: int = 1, extra_s: float = 0.0, seed: int = 0) -> dict[str, np.ndarray]:
+    """``n`` logged steps of 3 requests each; a resume comes with a park and a 9-block load, as in a rotation;
+    the engine took the twin's price plus ``extra_s`` per resume, with 0.1 ms of noise."""
+    rng = np.random.default_rng(seed)
+    cols = {c: np.zeros(n) for c in COLUMNS}
+    cols["seqs"][:] = 3
+    cols["tokens"][:] = 3 * tokens_per_seq
+    cols["kv_tokens"][:] = rng.integers(600, 1200, n)
+    cols["resumes"][:] = resumes
+    cols["parks"][:] = cols["park_blocks"][:] = resumes
+    cols["loads"][:] = resumes
+    cols["load_blocks"][:] = 9 * resumes
+    cols["planned"][:] = resumes > 0
+    cols["live"][:] = 6
+    cols["waiting"][:] = 2
+    cols["arrivals"][:] = rng.integers(0, 2, n)
+    cols["dt_s"] = predicted_s(cols, COEF, HOST) + extra_s * resumes + rng.normal(0, 1e-4, n)
+    return cols
+
+
+def joined(*parts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}
+
+
+def test_the_cost_per_resume_is_what_the_twin_leaves_unexplained():
+    log = joined(steps(400), steps(120, resumes=1, extra_s=4e-4, seed=1), steps(60, resumes=2, extra_s=4e-4, seed=2))
+    line = resume_line(log, COEF, HOST)
+    assert line["resume_s"] == pytest.approx(4e-4, abs=4e-5)
+    assert line["by_resumes"]["1"]["steps"] == 120 and line["by_resumes"]["2"]["steps"] == 60
+    assert abs(line["without_resume"]["left_ms"]) < 0.05, "the twin prices a step without resumes in full"
+
+
+def test_what_the_twin_already_prices_is_not_counted_again():
+    """Resumes whose steps cost exactly the twin's price (its park, load and plan terms) cost nothing more."""
+    line = resume_line(joined(steps(400), steps(120, resumes=1, seed=1)), COEF, HOST)
+    assert line["resume_s"] == pytest.approx(0.0, abs=4e-5)
+
+
+def test_prefill_steps_and_rare_resume_counts_do_not_enter():
+    slow_prefill = steps(80, resumes=1, tokens_per_seq=40, extra_s=0.05, seed=3)
+    few = steps(MIN_STEPS - 1, resumes=3, extra_s=0.05, seed=4)
+    line = resume_line(joined(steps(400), steps(120, resumes=1, extra_s=4e-4, seed=1), slow_prefill, few), COEF, HOST)
+    assert line["resume_s"] == pytest.approx(4e-4, abs=4e-5)
+    assert set(line["by_resumes"]) == {"1"}
+    assert resume_line(steps(400), COEF, HOST)["resume_s"] == 0.0, "no resumes: nothing to estimate, not NaN"
+
+
+def test_the_step_log_records_each_step_with_its_wall_time():
+    log = StepLog()
+    reqs = {"a": SimpleNamespace(num_computed_tokens=101), "b": SimpleNamespace(num_computed_tokens=51)}
+    out = SimpleNamespace(num_scheduled_tokens={"a": 1, "b": 1},
+                          scheduled_cached_reqs=SimpleNamespace(resumed_req_ids={"b"}))
+    log.begin()
+    log.arrivals += 2
+    log.end(out, reqs, {"parks": 1, "swap_out_blocks": 1, "loads": 1, "swap_in_blocks": 2, "sync_blocks": 0},
+            plans=1, live=3, waiting=1)
+    log.begin()  # the next step: the first is complete
+    log.end(out, reqs, {"parks": 1, "swap_out_blocks": 1, "loads": 1, "swap_in_blocks": 2, "sync_blocks": 3},
+            plans=1, live=3, waiting=0)
+    cols = log.array()
+    assert cols["dt_s"].shape == (1,) and cols["dt_s"][0] > 0, "a step is complete when the next starts"
+    first = {c: cols[c][0] for c in COLUMNS if c != "dt_s"}
+    assert first == {"seqs": 2, "tokens": 2, "kv_tokens": 150, "resumes": 1, "parks": 1, "park_blocks": 1,
+                     "loads": 1, "load_blocks": 2, "sync_blocks": 0, "planned": 1, "live": 3, "waiting": 1,
+                     "arrivals": 2}
+    log.begin()
+    assert log.array()["sync_blocks"][1] == 3 and log.array()["planned"][1] == 0, "counters as differences"
+
+
+def test_the_twin_charges_each_swap_in_it_starts():
+    """The same rotating run with ``resume_s`` takes longer by that time per swap-in, and no longer without
+    swap-ins (stock vLLM)."""
+    from superinfer.sim.engine import SimConfig, Simulator
+    from superinfer.sim.workload import Workload
+    from superinfer.vllm.fidelity_twin import cost_model
+
+    rng = np.random.default_rng(0)
+    n = 40
+    w = Workload.from_arrays(np.sort(rng.uniform(0, 4, n)), rng.integers(100, 400, n), rng.integers(20, 120, n),
+                             duration_s=4.0, source="test")
+    tenants = TenantTable([Tenant("default", 0.02, 0.01)])
+
+    def run(policy: str, resume_s: float):
+        cfg = SimConfig(policy=policy, b_xfer=64, params=Params(), tenants=tenants, hbm_blocks=31, dram_blocks=1024,
+                        drain_s=60.0, host=HostCosts(resume_s=resume_s))
+        return Simulator(w, cost_model(32, None), cfg).run()
+
+    base, charged = run("lvf-paper", 0.0), run("lvf-paper", 1e-3)
+    assert base.counters["swap_ins"] > 10
+    assert charged.sim_s > base.sim_s
+    stock, stock_charged = run("vllm", 0.0), run("vllm", 1e-3)
+    assert stock.counters["swap_ins"] == 0 and stock_charged.sim_s == stock.sim_s
