@@ -198,6 +198,12 @@ class RotaScheduler(Scheduler):
     def _capacity(self, snap: Snapshot, live: LiveParams) -> Capacity:
         used = int(snap.blocks_hbm.sum())
         free = min(self.kv_cache_manager.block_pool.get_num_free_blocks(), max(0, self._hbm_blocks - used))
+        if self.kv_holding_waiting:
+            # Asynchronous loads hold their parked blocks; vLLM's pass resumes them first, each then taking the block
+            # its next token needs (the twin reserves it with the swap-in): not free for this plan's admissions.
+            bs, r2b = self.block_size, self._r2b
+            free = max(0, free - sum(max(0, -(-r.num_tokens // bs) - len(r2b.get(r.request_id, ())))
+                                     for r in self.kv_holding_waiting))
         return Capacity(
             hbm_blocks=self._hbm_blocks,
             free_blocks=int(free),
