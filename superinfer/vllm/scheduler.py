@@ -169,9 +169,8 @@ class RotaScheduler(Scheduler):
         return self._schedule_with(admitted, args, kwargs)
 
     def _time_plan(self, t0_ns: int, live: int) -> None:
-        """Accumulate the plan's wall time (plan and apply, ns) against the live requests, as the sums an
-        ordinary least-squares line ``ns = a + b * live`` needs (the twin's ``host_plan`` term,
-        :mod:`superinfer.vllm.fidelity_host`)."""
+        """Accumulate the plan's wall time (plan and apply, ns) against the live requests: the sums of a
+        least-squares line ``ns = a + b * live`` (the twin's ``host_plan`` term)."""
         ns = time.perf_counter_ns() - t0_ns
         st = self.stats
         st["plan_timed"] += 1
@@ -198,12 +197,9 @@ class RotaScheduler(Scheduler):
     def _capacity(self, snap: Snapshot, live: LiveParams) -> Capacity:
         used = int(snap.blocks_hbm.sum())
         free = min(self.kv_cache_manager.block_pool.get_num_free_blocks(), max(0, self._hbm_blocks - used))
-        if self.kv_holding_waiting:
-            # Asynchronous loads hold their parked blocks; vLLM's pass resumes them first, each then taking the block
-            # its next token needs (the twin reserves it with the swap-in): not free for this plan's admissions.
+        if self.kv_holding_waiting:  # async loads: vLLM resumes them first, each taking its next token's block
             bs, r2b = self.block_size, self._r2b
-            free = max(0, free - sum(max(0, -(-r.num_tokens // bs) - len(r2b.get(r.request_id, ())))
-                                     for r in self.kv_holding_waiting))
+            free = max(0, free - sum(max(0, -(-r.num_tokens // bs) - len(r2b.get(r.request_id, ()))) for r in self.kv_holding_waiting))
         return Capacity(
             hbm_blocks=self._hbm_blocks,
             free_blocks=int(free),
