@@ -68,7 +68,8 @@ def _probe_replays(o: dict[str, Any], host: dict[str, dict[str, Any]], rates: li
         counters = run_policy(policy, PLAN_PROBE_SEED, probe_o, slo, workdir, step_logs=logs)["engine_counters"]
         sums, kv = counters.get("plan_sums", {}), counters.get("kv_sums", {})
         a, b = plan_line(sums)
-        h, probe = host[policy]["host"], {"seed": PLAN_PROBE_SEED, "rps": probe_o["rps"], "duration_s": probe_o["duration"]}
+        h = host[policy]["host"]
+        probe = {"seed": PLAN_PROBE_SEED, "rps": probe_o["rps"], "duration_s": probe_o["duration"]}
         if "host_plan" in terms:
             h = replace(h, plan_s=a, plan_per_live_s=b)
             host[policy]["plan_probe"] = {**probe, **sums}
@@ -83,7 +84,7 @@ def _probe_replays(o: dict[str, Any], host: dict[str, dict[str, Any]], rates: li
 
 
 def host_terms(o: dict[str, Any], policies: list[str], rates: list[float], slo: tuple[float, float],
-                coefficients: Any, workdir: Path) -> dict[str, dict[str, Any]]:
+               coefficients: Any, workdir: Path) -> dict[str, dict[str, Any]]:
     """The host terms per policy (:mod:`superinfer.vllm.fidelity_host`): the step probes, and for the plugin's
     policies the probe replays (:func:`_probe_replays`)."""
     from superinfer.vllm.fidelity_host import measure_host_costs
@@ -126,7 +127,7 @@ def host_from_json(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def remeasure_terms(o: dict[str, Any], host: dict[str, dict[str, Any]], names: str, slo: tuple[float, float],
-               coefficients: Any) -> dict[str, Any]:
+                    coefficients: Any) -> dict[str, Any]:
     """Measure the host terms ``names`` now, with the recorded settings, and put them in the policies'
     :class:`HostCosts` of ``host``: those of :data:`superinfer.vllm.fidelity_wake.REMEASURABLE` on a stock engine
     (every policy alike), ``host_resume`` by a probe replay of each plugin policy (:func:`_probe_replays`, the

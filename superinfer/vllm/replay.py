@@ -176,7 +176,8 @@ def replay(llm: Any, arrival_s: np.ndarray, prompts: list[list[int]], outputs: n
             sp = SamplingParams(temperature=0.0, max_tokens=int(outputs[nxt]), ignore_eos=True)
             # arrival_time: when it arrived, not when this loop got to it after a step (up to a step later), as
             # a server's front end stamps it; the scheduler's lag (VLT, SLO slack) counts from it, as the twin's
-            rid = eng.add_request(str(nxt), {"prompt_token_ids": prompts[nxt]}, sp, arrival_time=wall0 + float(arrival_s[nxt]),
+            rid = eng.add_request(str(nxt), {"prompt_token_ids": prompts[nxt]}, sp,
+                                  arrival_time=wall0 + float(arrival_s[nxt]),
                                   priority=(priorities[nxt] if priorities else 0))
             index[str(rid)] = nxt
             index[str(nxt)] = nxt

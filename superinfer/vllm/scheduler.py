@@ -199,7 +199,8 @@ class RotaScheduler(Scheduler):
         free = min(self.kv_cache_manager.block_pool.get_num_free_blocks(), max(0, self._hbm_blocks - used))
         if self.kv_holding_waiting:  # async loads: vLLM resumes them first, each taking its next token's block
             bs, r2b = self.block_size, self._r2b
-            free = max(0, free - sum(max(0, -(-r.num_tokens // bs) - len(r2b.get(r.request_id, ()))) for r in self.kv_holding_waiting))
+            growth = sum(max(0, -(-r.num_tokens // bs) - len(r2b.get(r.request_id, ()))) for r in self.kv_holding_waiting)
+            free = max(0, free - growth)
         return Capacity(
             hbm_blocks=self._hbm_blocks,
             free_blocks=int(free),
