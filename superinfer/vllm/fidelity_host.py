@@ -8,7 +8,9 @@ here on the same engine settings, apart from the runs the twin is compared with:
   vLLM (the plugin's table refresh and the KV connector's hooks; its quiet steps skip the plan). The same
   probe (:func:`quiet_step_s`), run again around each compared run, measures the host's speed then;
 * ``waiting_s`` -- the same probe with a request waiting that cannot be admitted, minus the quiet step
-  (:func:`measure_host_costs`);
+  (:func:`measure_host_costs`); for the plugin's policies replaced by what its own steps show in a probe
+  replay (:func:`superinfer.vllm.fidelity_steps.waiting_line`: the probe's one waiting request soon stops
+  being a candidate, a queue of a real run does not);
 * ``plan_s`` + ``plan_per_live_s`` x live requests -- the plugin's own timing of its plans (plan and apply,
   ``RotaScheduler._time_plan``) over a probe replay of the same workload on a seed no compared run uses,
   as a least-squares line in the number of live requests (:func:`plan_line`);

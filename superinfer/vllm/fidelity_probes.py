@@ -51,36 +51,57 @@ def _median_prompt(o: dict[str, Any], rate: float) -> int:
 
 
 def _probe_replays(o: dict[str, Any], host: dict[str, dict[str, Any]], rates: list[float], slo: tuple[float, float],
-                   coefficients: Any, workdir: Path, terms: tuple[str, ...] = ("host_plan", "host_kv", "host_resume")
-                   ) -> None:
-    """For each of the plugin's policies in ``host``, a probe replay of the workload at the highest rate, on a
-    seed no compared run uses: the plan line (``host_plan``) and the KV connector's lines (``host_kv``) from the
-    plugin's timings, then ``host_resume`` from its steps priced with those (:mod:`superinfer.vllm.fidelity_resume`);
-    only ``terms`` are replaced in ``host``."""
+                   coefficients: Any, workdir: Path,
+                   terms: tuple[str, ...] = ("host_plan", "host_kv", "host_resume", "host_waiting")) -> None:
+    """For each of the plugin's policies in ``host``, probe replays of the workload on a seed no compared run
+    uses: at the highest rate, the plan line (``host_plan``) and the KV connector's lines (``host_kv``) from the
+    plugin's timings, then ``host_resume`` from its steps priced with those; at the middle rate (where steps with
+    and without a queue are both common) ``host_waiting`` from its steps (:mod:`superinfer.vllm.fidelity_steps`;
+    the stock probe's value stays where no cell had enough steps). Only ``terms`` are replaced in ``host``."""
     from superinfer.vllm.fidelity_host import kv_lines, plan_line
-    from superinfer.vllm.fidelity_resume import resume_line
+    from superinfer.vllm.fidelity_steps import resume_line, waiting_line
     from superinfer.vllm.replay import ROTA_POLICIES
 
-    probe_o = {**o, "rps": max(rates), "duration": min(float(o["duration"]), 10.0)}
+    duration = min(float(o["duration"]), 10.0)
+    middle = sorted(rates)[(len(rates) - 1) // 2]
     for policy in [p for p in host if p in ROTA_POLICIES]:
-        click.echo(f"{policy}: probe replay for the plan's, the connector's and a resume's cost ...", err=True)
-        logs: dict[tuple[str, int], Any] = {}
-        counters = run_policy(policy, PLAN_PROBE_SEED, probe_o, slo, workdir, step_logs=logs)["engine_counters"]
-        sums, kv = counters.get("plan_sums", {}), counters.get("kv_sums", {})
-        a, b = plan_line(sums)
         h = host[policy]["host"]
-        probe = {"seed": PLAN_PROBE_SEED, "rps": probe_o["rps"], "duration_s": probe_o["duration"]}
-        if "host_plan" in terms:
-            h = replace(h, plan_s=a, plan_per_live_s=b)
-            host[policy]["plan_probe"] = {**probe, **sums}
-        if "host_kv" in terms:
-            h = replace(h, **kv_lines(kv))
-            host[policy]["kv_probe"] = kv
-        if "host_resume" in terms:
-            line = resume_line(logs[(policy, PLAN_PROBE_SEED)].array(), coefficients, h)
-            h = replace(h, resume_s=line.pop("resume_s"))
-            host[policy]["resume_probe"] = {**probe, **line}
+        log = None
+        if {"host_plan", "host_kv", "host_resume"} & set(terms):
+            click.echo(f"{policy}: probe replay for the plan's, the connector's and a resume's cost ...", err=True)
+            counters, log = _probe_replay(o, policy, max(rates), duration, slo, workdir)
+            probe = {"seed": PLAN_PROBE_SEED, "rps": max(rates), "duration_s": duration}
+            if "host_plan" in terms:
+                sums = counters.get("plan_sums", {})
+                a, b = plan_line(sums)
+                h = replace(h, plan_s=a, plan_per_live_s=b)
+                host[policy]["plan_probe"] = {**probe, **sums}
+            if "host_kv" in terms:
+                kv = counters.get("kv_sums", {})
+                h = replace(h, **kv_lines(kv))
+                host[policy]["kv_probe"] = kv
+            if "host_resume" in terms:
+                line = resume_line(log, coefficients, h)
+                h = replace(h, resume_s=line.pop("resume_s"))
+                host[policy]["resume_probe"] = {**probe, **line}
+        if "host_waiting" in terms:
+            if log is None or middle != max(rates):
+                click.echo(f"{policy}: probe replay at {middle:g} req/s for the waiting queue's cost ...", err=True)
+                _, log = _probe_replay(o, policy, middle, duration, slo, workdir)
+            line = waiting_line(log, coefficients, h)
+            host[policy]["waiting_probe"] = {"seed": PLAN_PROBE_SEED, "rps": middle, "duration_s": duration,
+                                             "stock_probe_s": h.waiting_s, **line}
+            if line["waiting_s"] is not None:
+                h = replace(h, waiting_s=line["waiting_s"])
         host[policy]["host"] = h
+
+
+def _probe_replay(o: dict[str, Any], policy: str, rps: float, duration: float, slo: tuple[float, float],
+                  workdir: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """One probe replay of ``policy`` at ``rps``: the engine's counters and the plugin's step log (columns)."""
+    logs: dict[tuple[str, int], Any] = {}
+    out = run_policy(policy, PLAN_PROBE_SEED, {**o, "rps": rps, "duration": duration}, slo, workdir, step_logs=logs)
+    return out["engine_counters"], logs[(policy, PLAN_PROBE_SEED)].array()
 
 
 def host_terms(o: dict[str, Any], policies: list[str], rates: list[float], slo: tuple[float, float],
@@ -130,19 +151,20 @@ def remeasure_terms(o: dict[str, Any], host: dict[str, dict[str, Any]], names: s
                     coefficients: Any) -> dict[str, Any]:
     """Measure the host terms ``names`` now, with the recorded settings, and put them in the policies'
     :class:`HostCosts` of ``host``: those of :data:`superinfer.vllm.fidelity_wake.REMEASURABLE` on a stock engine
-    (every policy alike), ``host_resume`` by a probe replay of each plugin policy (:func:`_probe_replays`, the
-    plan and connector lines as recorded). Returns the new values and the recorded ones they replace
+    (every policy alike), ``host_resume`` and ``host_waiting`` by probe replays of each plugin policy
+    (:func:`_probe_replays`, the plan and connector lines as recorded). Returns the new values and the recorded ones they replace
     (``--rescore --remeasure``)."""
     from superinfer.vllm.fidelity_wake import REMEASURABLE, remeasure
 
     terms = tuple(t.strip() for t in names.split(",") if t.strip())
-    known = (*REMEASURABLE, "host_resume")
+    replayed = ("host_resume", "host_waiting")  # measured by probe replays of the plugin's policies
+    known = (*REMEASURABLE, *replayed)
     unknown = [t for t in terms if t not in known]
     if not terms or unknown:
         raise click.BadParameter(f"{names!r}: terms are {', '.join(known)}", param_hint="--remeasure")
     rates = [float(x) for x in str(o.get("rates") or o["rps"]).split(",")]
     click.echo(f"measuring {', '.join(terms)} now ...", err=True)
-    stock_terms = tuple(t for t in terms if t != "host_resume")
+    stock_terms = tuple(t for t in terms if t not in replayed)
     values: dict[str, Any] = {}
     recorded: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -152,9 +174,12 @@ def remeasure_terms(o: dict[str, Any], host: dict[str, dict[str, Any]], names: s
             recorded = {k: getattr(first, k) for k in values}
             for h in host.values():
                 h["host"] = replace(h["host"], **values)
-        if "host_resume" in terms:
-            before = {p: h["host"].resume_s for p, h in host.items()}
-            _probe_replays(o, host, rates, slo, coefficients, Path(tmp), terms=("host_resume",))
-            values["resume_s"] = {p: h["host"].resume_s for p, h in host.items()}
-            recorded["resume_s"] = before
+        fields = {"host_resume": "resume_s", "host_waiting": "waiting_s"}
+        again = tuple(t for t in replayed if t in terms)
+        if again:
+            before = {fields[t]: {p: getattr(h["host"], fields[t]) for p, h in host.items()} for t in again}
+            _probe_replays(o, host, rates, slo, coefficients, Path(tmp), terms=again)
+            for t in again:
+                values[fields[t]] = {p: getattr(h["host"], fields[t]) for p, h in host.items()}
+                recorded[fields[t]] = before[fields[t]]
     return {"terms": list(terms), "values": values, "recorded": recorded}

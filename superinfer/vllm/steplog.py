@@ -4,7 +4,7 @@ Off unless a bench sets ``scheduler.step_log = StepLog()``: one row per ``schedu
 time to the next call (the whole engine step: scheduler, forward, output processing, the serving loop) and what
 the step held: requests and tokens scheduled, their KV context, resumes, the connector's parks, loads and syncs
 (counts and blocks), whether the plugin planned, live and waiting requests, requests added since the last step.
-:func:`superinfer.vllm.fidelity_resume.resume_line` prices each step as the twin would and fits what is left.
+:func:`superinfer.vllm.fidelity_steps.resume_line` prices each step as the twin would and fits what is left.
 """
 
 from __future__ import annotations

@@ -77,6 +77,11 @@ def test_the_json_has_both_sides_and_the_error_for_every_run(fidelity: dict) -> 
     resume = lvf["resume_probe"]
     assert resume["decode_steps"] > 100 and resume["without_resume"]["steps"] > 0, "the probe's steps were logged"
     assert lvf["resume_s"] >= 0 and fidelity["host_terms"]["vllm"]["resume_s"] == 0.0, "stock vLLM resumes nothing"
+    waiting = lvf["waiting_probe"]
+    assert waiting["quiet_steps"] > 100 and waiting["stock_probe_s"] >= 0, "the plugin's quiet steps were logged"
+    measured = waiting["waiting_s"]
+    assert lvf["waiting_s"] == (waiting["stock_probe_s"] if measured is None else measured), "its own steps decide"
+    assert "waiting_probe" not in fidelity["host_terms"]["vllm"], "stock vLLM keeps the stock probe's value"
     assert fidelity["_plots"] == ["fidelity_cdf_lvf_r3.png", "fidelity_cdf_vllm_r3.png"]
     with np.load(fidelity["_path"].with_suffix(".cdf.npz")) as z:
         first, second = (z[f"{p}|3.0|0|shapes_before"] for p in ("vllm", "lvf"))
@@ -145,29 +150,35 @@ def test_rescoring_the_recorded_runs_reproduces_the_twin_without_an_engine(fidel
     assert bad.returncode == 2 and "not a bench fidelity JSON" in bad.stderr
 
 
-def test_a_rescore_can_measure_the_arrival_wake_shape_and_resume_terms_again(fidelity: dict, tmp_path: Path) -> None:
-    """``--remeasure host_arrival,host_wake,shape_capacity,host_resume``: those terms measured now on the recorded
-    settings (the first three in every policy's host terms, ``host_resume`` in the plugin's), the recorded values
-    kept beside them; every other term and the real runs as recorded."""
+def test_a_rescore_can_measure_the_arrival_wake_shape_resume_and_waiting_terms_again(fidelity: dict,
+                                                                                       tmp_path: Path) -> None:
+    """``--remeasure host_arrival,host_wake,shape_capacity,host_resume,host_waiting``: those terms measured now on
+    the recorded settings (the first three in every policy's host terms, the last two in the plugin's), the
+    recorded values kept beside them; every other term and the real runs as recorded."""
     out = tmp_path / "remeasured.json"
     base = [sys.executable, "-m", "superinfer.cli", "bench", "fidelity", "--rescore", str(fidelity["_path"]), "--no-ablate"]
-    proc = subprocess.run([*base, "--remeasure", "host_arrival,host_wake,shape_capacity,host_resume", "--json", str(out)],
+    proc = subprocess.run([*base, "--remeasure", "host_arrival,host_wake,shape_capacity,host_resume,host_waiting",
+                                  "--json", str(out)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     again = json.loads(out.read_text())
     new = again["remeasured"]
-    assert new["terms"] == ["host_arrival", "host_wake", "shape_capacity", "host_resume"]
+    assert new["terms"] == ["host_arrival", "host_wake", "shape_capacity", "host_resume", "host_waiting"]
     assert new["recorded"]["arrival_s"] == fidelity["host_terms"]["vllm"]["arrival_s"]
     assert 0 < new["values"]["arrival_s"] < 0.01 and len(new["values"]["wake_extra_s"]) == 5
     assert new["values"]["shape_capacity"] >= 0
     assert new["recorded"]["resume_s"] == {p: h["resume_s"] for p, h in fidelity["host_terms"].items()}
     assert new["values"]["resume_s"]["vllm"] == 0.0 and new["values"]["resume_s"]["lvf"] >= 0
     assert again["host_terms"]["lvf"]["resume_probe"]["decode_steps"] > 100
+    assert new["recorded"]["waiting_s"] == {p: h["waiting_s"] for p, h in fidelity["host_terms"].items()}
+    assert new["values"]["waiting_s"]["vllm"] == fidelity["host_terms"]["vllm"]["waiting_s"], "stock: as recorded"
+    assert again["host_terms"]["lvf"]["waiting_probe"]["quiet_steps"] > 100
     changed = ("arrival_s", "wake_extra_s", "shape_capacity")
     for policy, h in again["host_terms"].items():
         before = fidelity["host_terms"][policy]
         assert all(h[k] == new["values"][k] for k in changed) and h["resume_s"] == new["values"]["resume_s"][policy]
-        kept = [k for k in h if k not in (*changed, "resume_s", "resume_probe")]
+        assert h["waiting_s"] == new["values"]["waiting_s"][policy]
+        kept = [k for k in h if k not in (*changed, "resume_s", "resume_probe", "waiting_s", "waiting_probe")]
         assert {k: h[k] for k in kept} == {k: before[k] for k in kept}
     assert [r["real"] for r in again["runs"]] == [r["real"] for r in fidelity["runs"]]
     bad = subprocess.run([*base, "--remeasure", "host_step"], capture_output=True, text=True, timeout=120)

@@ -1,8 +1,10 @@
-"""``host_resume``: what a resumed request costs the engine's step beyond what the twin prices, measured from
-the plugin's per-step record (``StepLog``) and charged by the twin per swap-in it starts."""
+"""Host terms measured on the plugin's per-step record (``StepLog``): ``host_resume``, what a resumed request
+costs the engine's step beyond what the twin prices (charged by the twin per swap-in it starts), and
+``host_waiting``, what a step with requests waiting costs beyond the same step without."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -11,7 +13,7 @@ import pytest
 from superinfer.core import Params, Tenant, TenantTable
 from superinfer.sim.calibration import Coefficients
 from superinfer.sim.host import HostCosts
-from superinfer.vllm.fidelity_resume import MIN_STEPS, predicted_s, resume_line
+from superinfer.vllm.fidelity_steps import MIN_CELL, MIN_STEPS, predicted_s, resume_line, waiting_line
 from superinfer.vllm.steplog import COLUMNS, StepLog
 
 COEF = Coefficients(overhead_s=1.5e-3, per_decode_seq_s=1e-4, per_kv_token_s=1e-7)
@@ -64,6 +66,52 @@ def test_prefill_steps_and_rare_resume_counts_do_not_enter():
     assert line["resume_s"] == pytest.approx(4e-4, abs=4e-5)
     assert set(line["by_resumes"]) == {"1"}
     assert resume_line(steps(400), COEF, HOST)["resume_s"] == 0.0, "no resumes: nothing to estimate, not NaN"
+
+
+def quiet_steps(n: int, *, waiting: int, kv: tuple[int, int] = (600, 1200), seqs: int = 3, extra_s: float = 0.0,
+                per_kv_token_s: float = 0.0, seed: int = 0) -> dict[str, np.ndarray]:
+    """``n`` logged decode steps that plan, park, load and add nothing, with ``waiting`` requests waiting; the
+    engine took the twin's price without any waiting cost, plus ``extra_s`` and ``per_kv_token_s`` x the KV
+    context (a cost the calibration misses), with 0.1 ms of noise."""
+    rng = np.random.default_rng(seed)
+    cols = {c: np.zeros(n) for c in COLUMNS}
+    cols["seqs"][:] = seqs
+    cols["tokens"][:] = seqs
+    cols["kv_tokens"][:] = rng.integers(kv[0], kv[1], n)
+    cols["live"][:] = seqs + waiting
+    cols["waiting"][:] = waiting
+    price = predicted_s(cols, COEF, replace(HOST, waiting_s=0.0))
+    cols["dt_s"] = price + extra_s + per_kv_token_s * cols["kv_tokens"] + rng.normal(0, 1e-4, n)
+    return cols
+
+
+def test_the_waiting_cost_is_the_difference_between_quiet_steps_with_and_without_a_queue():
+    log = joined(quiet_steps(300, waiting=0), quiet_steps(300, waiting=3, extra_s=1.2e-4, seed=1))
+    line = waiting_line(log, COEF, HOST)
+    assert line["waiting_s"] == pytest.approx(1.2e-4, abs=3e-5), "HOST's own waiting_s is not part of the price"
+    assert line["cells"] and all(c["steps"][0] >= MIN_CELL and c["steps"][1] >= MIN_CELL for c in line["cells"])
+
+
+def test_long_contexts_that_come_with_a_queue_are_not_taken_for_its_cost():
+    """The engine's step grows with the KV context faster than the calibration says, and the steps with a queue
+    have the longer contexts: compared within cells of equal context, the queue itself costs nothing."""
+    miss = 4e-7  # per KV token the calibration does not price: 0.2-0.4 ms over these contexts
+    short = quiet_steps(300, waiting=0, kv=(200, 800), per_kv_token_s=miss)
+    long = quiet_steps(300, waiting=2, kv=(600, 1200), per_kv_token_s=miss, seed=1)
+    line = waiting_line(joined(short, long), COEF, HOST)
+    assert line["waiting_s"] == pytest.approx(0.0, abs=3e-5)
+    assert {c["kv_from"] for c in line["cells"]} <= {600}, "only the contexts both sides ran are compared"
+    pooled = np.median(long["dt_s"]) - np.median(short["dt_s"])
+    assert pooled > 1e-4, "without the cells the queue would be charged the contexts' cost"
+
+
+def test_no_cell_with_both_sides_leaves_the_waiting_cost_unmeasured():
+    only_queue = quiet_steps(300, waiting=2)
+    assert waiting_line(only_queue, COEF, HOST)["waiting_s"] is None
+    few = joined(quiet_steps(MIN_CELL - 1, waiting=0), quiet_steps(300, waiting=2, seed=1))
+    assert waiting_line(few, COEF, HOST)["cells"] == []
+    busy = steps(400, resumes=1, extra_s=1e-3)  # planned steps with resumes are not quiet
+    assert waiting_line(joined(busy, quiet_steps(200, waiting=0, seed=2)), COEF, HOST)["waiting_s"] is None
 
 
 def test_the_step_log_records_each_step_with_its_wall_time():
