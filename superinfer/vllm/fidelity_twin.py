@@ -6,8 +6,8 @@ The terms (docs/fidelity.md): the calibrated step (always), ``host_step``, ``hos
 run; with ``shape_capacity``: only the sizes it ran last, as many as its kernel cache keeps), ``host_output``,
 ``host_wake``, ``host_kv`` (:class:`superinfer.sim.host.HostCosts`; ``host_kv``, the
 connector's measured time per park, load and sync, replaces the copy pricing), ``host_resume`` (a resumed
-request's cost to the step beyond its load, measured on the plugin's steps: :mod:`superinfer.vllm.fidelity_steps`;
-left out, below), ``sync_resume`` (a resumed
+request's cost to the step beyond its load, measured on the plugin's steps: :mod:`superinfer.vllm.fidelity_steps`),
+``sync_resume`` (a resumed
 request computes in the step of its synchronous load: core ``Capacity.sync_loads``; left out, below),
 ``sync_transfers`` (the CPU connector copies within the step, at the copy micro-benchmark's time per block;
 what the twin falls back to without ``host_kv``) and ``host_speed`` (the host's speed at the time of the run, from a probe run just before
