@@ -88,11 +88,11 @@ def _probe_replays(o: dict[str, Any], host: dict[str, dict[str, Any]], rates: li
             if log is None or middle != max(rates):
                 click.echo(f"{policy}: probe replay at {middle:g} req/s for the waiting queue's cost ...", err=True)
                 _, log = _probe_replay(o, policy, middle, duration, slo, workdir)
+            stock = host[policy].get("waiting_probe", {}).get("stock_probe_s", h.waiting_s)  # a re-measure keeps it
             line = waiting_line(log, coefficients, h)
             host[policy]["waiting_probe"] = {"seed": PLAN_PROBE_SEED, "rps": middle, "duration_s": duration,
-                                             "stock_probe_s": h.waiting_s, **line}
-            if line["waiting_s"] is not None:
-                h = replace(h, waiting_s=line["waiting_s"])
+                                             "stock_probe_s": stock, **line}
+            h = replace(h, waiting_s=stock if line["waiting_s"] is None else line["waiting_s"])
         host[policy]["host"] = h
 
 
@@ -152,8 +152,8 @@ def remeasure_terms(o: dict[str, Any], host: dict[str, dict[str, Any]], names: s
     """Measure the host terms ``names`` now, with the recorded settings, and put them in the policies'
     :class:`HostCosts` of ``host``: those of :data:`superinfer.vllm.fidelity_wake.REMEASURABLE` on a stock engine
     (every policy alike), ``host_resume`` and ``host_waiting`` by probe replays of each plugin policy
-    (:func:`_probe_replays`, the plan and connector lines as recorded). Returns the new values and the recorded ones they replace
-    (``--rescore --remeasure``)."""
+    (:func:`_probe_replays`, the plan and connector lines as recorded). Returns the new values and the recorded
+    ones they replace (``--rescore --remeasure``)."""
     from superinfer.vllm.fidelity_wake import REMEASURABLE, remeasure
 
     terms = tuple(t.strip() for t in names.split(",") if t.strip())
