@@ -106,7 +106,8 @@ def _score_all(rows: list[dict[str, Any]], o: dict[str, Any], slo: tuple[float, 
                    "(its settings, SLOs, calibration and host terms; CDFs from its .cdf.npz).")
 @click.option("--remeasure", default=None,
               help="With --rescore: measure these host terms on this host now (comma-separated: host_arrival, "
-                   "host_wake, shape_capacity, host_resume, host_waiting) in place of the recorded ones; needs the JSON's model.")
+                   "host_wake, shape_capacity, host_resume, host_waiting) in place of the recorded ones; needs the "
+                   "JSON's model.")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 10),
               help="Run the engine this many times on each point's requests (interleaved); the summary's "
                    "noise_floor is the engine's error against itself (its first run against each repeat).")

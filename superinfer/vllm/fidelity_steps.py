@@ -15,6 +15,7 @@ collection does not move them.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -41,10 +42,15 @@ def predicted_s(cols: dict[str, np.ndarray], coefficients: Any, host: Any) -> np
             + host.arrival_s * cols["arrivals"])
 
 
+def _decode(cols: dict[str, np.ndarray]) -> np.ndarray:
+    """The logged steps that only decode: each scheduled request computes one token (resumed ones included)."""
+    return (cols["seqs"] > 0) & (cols["tokens"] == cols["seqs"])
+
+
 def resume_line(cols: dict[str, np.ndarray], coefficients: Any, host: Any) -> dict[str, Any]:
     """``resume_s`` (seconds per resumed request, >= 0) from a step log, with what it was estimated from:
     per resume count, the steps and the median unexplained time (ms)."""
-    decode = (cols["seqs"] > 0) & (cols["tokens"] == cols["seqs"])
+    decode = _decode(cols)
     left = (cols["dt_s"] - predicted_s(cols, coefficients, host))[decode]
     resumes = cols["resumes"][decode].astype(int)
     base = left[resumes == 0]
@@ -66,11 +72,9 @@ def waiting_line(cols: dict[str, np.ndarray], coefficients: Any, host: Any) -> d
     """``waiting_s`` (seconds per step after whose admissions requests still wait, >= 0) from a step log, with
     the cells it was estimated from; ``waiting_s`` is None where no cell had :data:`MIN_CELL` steps on both
     sides (the caller keeps what it had). ``host.waiting_s`` itself is not part of the price compared."""
-    from dataclasses import replace
-
     left = cols["dt_s"] - predicted_s(cols, coefficients, replace(host, waiting_s=0.0))
-    quiet = ((cols["seqs"] > 0) & (cols["tokens"] == cols["seqs"]) & (cols["planned"] == 0) & (cols["parks"] == 0)
-             & (cols["loads"] == 0) & (cols["resumes"] == 0) & (cols["arrivals"] == 0))
+    quiet = (_decode(cols) & (cols["planned"] == 0) & (cols["parks"] == 0) & (cols["loads"] == 0)
+             & (cols["resumes"] == 0) & (cols["arrivals"] == 0))
     waits = cols["waiting"] > 0
     kv_bin = (cols["kv_tokens"] // KV_BIN).astype(int)
     cells = []
