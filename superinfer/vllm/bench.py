@@ -93,8 +93,8 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
     receives the run's :class:`~superinfer.sim.engine.Trace` under ``(policy, seed)``. ``probe``, if given,
     is called with the open engine just before the replay and just after it (when the engine drained):
     ``out["probe_s"]`` holds what it returned (the host's speed at the time, ``bench fidelity``).
-    ``step_logs``, if given, receives the plugin's per-step record (:class:`~superinfer.vllm.steplog.StepLog`;
-    the plugin's policies only) under ``(policy, seed)``."""
+    ``step_logs``, if given, receives the replay's per-step record (:class:`~superinfer.vllm.steplog.StepLog`)
+    under ``(policy, seed)``."""
     from superinfer.core import Tenant, TenantTable
     from superinfer.sim.metrics import run_metrics
     from superinfer.vllm import kvworker
@@ -116,10 +116,14 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
     with open_engine(spec, workdir) as llm:
         stock = instrument_stock(scheduler_of(llm)) if policy not in ROTA_POLICIES else None
         probed = [probe(llm)] if probe is not None else []
-        if step_logs is not None and stock is None:
-            from superinfer.vllm.steplog import StepLog
+        if step_logs is not None:  # after the probe: the replay's steps only
+            from superinfer.vllm.steplog import StepLog, attach_stock
 
-            step_logs[(policy, seed)] = scheduler_of(llm).step_log = StepLog()
+            log = step_logs[(policy, seed)] = StepLog()
+            if stock is None:
+                scheduler_of(llm).step_log = log
+            else:
+                attach_stock(scheduler_of(llm), log)
         load = HostLoad()
         r = replay(llm, arr, prompts, output, o["duration"], o["drain"])
         host = load.result()

@@ -25,7 +25,8 @@ import numpy as np
 from superinfer.vllm.bench import _requests, engine_options, prepare, run_policy
 from superinfer.vllm.fidelity_probes import (calibration, host_from_json, host_json, host_terms, measure_shape_capacity,
                                             remeasure_terms)
-from superinfer.vllm.fidelity_store import REQUEST_FIELDS, cdf_path, load_rescore, save_real
+from superinfer.vllm.fidelity_steps import quiet_cells
+from superinfer.vllm.fidelity_store import REQUEST_FIELDS, cdf_path, load_rescore, run_speeds, save_real
 from superinfer.vllm.fidelity_twin import (TERMS, cost_model, probe_reference, quantiles, score, side, speed_factor,
                                           variants)
 
@@ -59,18 +60,21 @@ def _engine_runs(o: dict[str, Any], rates: list[float], policies: list[str], slo
                                + (f" (repeat {rep})" if rep else "") + " ...", err=True)
                     traces: dict[tuple[str, int], Any] = {}
                     shapes = np.fromiter(SHAPES_RUN, np.int64, len(SHAPES_RUN))  # what this process ran before
-                    real_m = run_policy(policy, seed, ro, slo, workdir, traces=traces, probe=probe)
+                    logs: dict[tuple[str, int], Any] = {}
+                    real_m = run_policy(policy, seed, ro, slo, workdir, traces=traces, probe=probe, step_logs=logs)
                     tr = traces[(policy, seed)]
                     q = quantiles(tr)
+                    cells = quiet_cells(logs[(policy, seed)].array())
+                    kept = {**{k: getattr(tr, k) for k in REQUEST_FIELDS}, **{f"steps.{k}": v for k, v in cells.items()}}
                     if rep:  # the engine against itself on the same requests: the noise floor
                         row = rows[(policy, rps, seed)]
                         row.setdefault("real_repeats", []).append(side(real_m, q))
-                        row["_requests"].update({f"rep{rep}.{k}": getattr(tr, k) for k in REQUEST_FIELDS})
+                        row["_requests"].update({f"rep{rep}.{k}": v for k, v in kept.items()})
                         continue
                     rows[(policy, rps, seed)] = {
                         "policy": policy, "rps": rps, "seed": seed, "real": side(real_m, q),
                         "probe_s": real_m.get("probe_s", []), "_cdf": q["_cdf"],
-                        "_requests": {**{k: getattr(tr, k) for k in REQUEST_FIELDS}, "shapes_before": shapes}}
+                        "_requests": {**kept, "shapes_before": shapes}}
     return list(rows.values())
 
 
@@ -82,12 +86,14 @@ def _score_all(rows: list[dict[str, Any]], o: dict[str, Any], slo: tuple[float, 
 
     cdfs = {}
     for row in rows:
-        row["speed"] = speed_factor(row["probe_s"], probe_reference(cal, host[row["policy"]]["host"], PROBE_CONTEXT))
+        terms = host[row["policy"]]["host"]
+        row["speed"] = speed_factor(row["probe_s"], probe_reference(cal, terms, PROBE_CONTEXT))
+        row.update(run_speeds(row.get("_requests", {}), cal.coefficients, terms, len(row.get("real_repeats", []))))
         ro = {**o, "rps": row["rps"]}
         _, arr, prompt, output, _ = _requests(o["workload"], o["arrival"], row["rps"], o["duration"], row["seed"],
                                               o["max_model_len"])
-        twin_cdf = score(row, (arr, prompt, output, o["duration"]), ro, slo, cal, host[row["policy"]]["host"],
-                         row["speed"], o["ablate"])
+        twin_cdf = score(row, (arr, prompt, output, o["duration"]), ro, slo, cal, terms,
+                         {"host_speed": row["speed"], "run_speed": row.get("run_speed") or 1.0}, o["ablate"])
         real_cdf = row.pop("_cdf", None)
         if row["seed"] == 0 and real_cdf is not None:
             cdfs[(row["policy"], row["rps"])] = (real_cdf, twin_cdf)

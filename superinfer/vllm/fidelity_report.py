@@ -88,6 +88,9 @@ def summarise_fidelity(runs: list[dict[str, Any]], variants: list[str],
         if floor:  # the engine's first run against its repeats, the same measures as the twin's error
             row["noise_floor"] = {**_mean_abs(floor), "pairs": len(floor)}
         row.update(_pooled(rs, requests or {}, twin_values or {}))
+        if any("run_speed" in r for r in rs):  # the host's speed in each run and its repeats (fidelity_steps)
+            row["run_speed"] = {"runs": [r.get("run_speed") for r in rs],
+                                "repeats": [v for r in rs for v in r.get("repeat_run_speed", [])]}
         points.append(row)
     winners = []
     for rps in sorted({p["rps"] for p in points}):
@@ -130,6 +133,10 @@ def echo_table(result: dict[str, Any]) -> None:
                        f"TBT p50 {f['tbt_p50_pct']:.1f}, p90 {f['tbt_p90_pct']:.1f}), SLO "
                        f"{f['slo_attainment_pp']:.1f} pp over {f['pairs']} pair(s); seeds pooled "
                        f"{fp.get('mape_pct', math.nan):.1f} %, {fp.get('slo_attainment_pp', math.nan):.1f} pp")
+    for p in s["points"]:
+        if "run_speed" in p:
+            speeds = ", ".join("-" if v is None else f"{v:.3f}" for v in p["run_speed"]["runs"] + p["run_speed"]["repeats"])
+            click.echo(f"run speed {p['policy']:<10} {p['rps']:>5g}: {speeds} (runs, then repeats; x the twin's step)")
     for w in s["winners"]:
         click.echo(f"rps {w['rps']:g}: winner real {w['real']}, twin {w['twin']} ({'agree' if w['agree'] else 'DISAGREE'})")
     click.echo("mean MAPE % by twin variant: " + ", ".join(f"{k} {v:.1f}" for k, v in s["mape_pct"].items()))

@@ -64,3 +64,25 @@ def load_rescore(path: str, ablate: bool) -> tuple[dict[str, Any], dict[str, Any
         if (r["policy"], r["rps"], r["seed"]) in real_runs:
             r["_requests"] = real_runs[(r["policy"], r["rps"], r["seed"])]
     return old, o, rows
+
+
+def _cells(fields: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray] | None:
+    from superinfer.vllm.fidelity_steps import CELL_COLUMNS
+
+    if not all(f"{prefix}steps.{k}" in fields for k in CELL_COLUMNS):
+        return None
+    return {k: fields[f"{prefix}steps.{k}"] for k in CELL_COLUMNS}
+
+
+def run_speeds(fields: dict[str, np.ndarray], coefficients: Any, host: Any, repeats: int) -> dict[str, Any]:
+    """A real run's ``run_speed`` and its repeats' (``repeat_run_speed``), from the quiet-step cells kept of them
+    (:func:`superinfer.vllm.fidelity_steps.run_speed`); nothing where none was kept (runs before 2026-12-03)."""
+    from superinfer.vllm.fidelity_steps import run_speed
+
+    out: dict[str, Any] = {}
+    first = _cells(fields, "")
+    if first is not None:
+        out["run_speed"] = run_speed(first, coefficients, host)
+        again = [_cells(fields, f"rep{i}.") for i in range(1, repeats + 1)]
+        out["repeat_run_speed"] = [run_speed(c, coefficients, host) if c is not None else None for c in again]
+    return out

@@ -12,7 +12,10 @@ request computes in the step of its synchronous load: core ``Capacity.sync_loads
 ``sync_transfers`` (the CPU connector copies within the step, at the copy micro-benchmark's time per block;
 what the twin falls back to without ``host_kv``) and ``host_speed`` (the host's speed at the time of the run, from a probe run just before
 and after it, against what the calibrated step and host terms predict for the probe's step: the calibrated
-step, the host terms and the copy time are scaled by that ratio).
+step, the host terms and the copy time are scaled by that ratio) and ``run_speed`` (the same scaling, by the
+host's speed measured on the run's own quiet steps: :func:`superinfer.vllm.fidelity_steps.run_speed`; not a
+prediction, since it reads the run being predicted, but a measure of how much of the error is the host's
+speed; left out, reported as a variant).
 """
 
 from __future__ import annotations
@@ -25,7 +28,10 @@ import numpy as np
 
 #: the twin's model terms that ``--ablate`` can switch off (docs/fidelity.md)
 TERMS = ("host_step", "host_plan", "host_waiting", "host_arrival", "new_shape", "shape_history", "shape_capacity",
-         "host_output", "host_wake", "host_kv", "host_resume", "sync_resume", "sync_transfers", "host_speed")
+         "host_output", "host_wake", "host_kv", "host_resume", "sync_resume", "sync_transfers", "host_speed",
+         "run_speed")
+#: the terms that scale the twin's times by the host's speed during the run (each a factor per run)
+SPEED_TERMS = ("host_speed", "run_speed")
 PCT_KEYS = ("ttft_p50", "ttft_p90", "tbt_p50", "tbt_p90")
 SIDE_KEYS = ("ttft_attainment", "tbt_attainment", "tbt_gap_attainment", "slo_attainment", "throughput_tok_s",
              "rotations", "preemptions", "finished", "arrived")
@@ -124,9 +130,10 @@ def scaled(cal: Any, host: Any, factor: float) -> tuple[Any, Any]:
 
 
 def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[float, float], cal: Any,
-             host: Any, seed: int, off: tuple[str, ...] = (), speed: float = 1.0,
+             host: Any, seed: int, off: tuple[str, ...] = (), speed: dict[str, float] | None = None,
              shapes_before: Any = ()) -> tuple[dict[str, Any], Any]:
-    """The twin on the engine's requests and settings; ``off`` names :data:`TERMS` left out;
+    """The twin on the engine's requests and settings; ``off`` names :data:`TERMS` left out; ``speed``: the
+    run's factor of each of :data:`SPEED_TERMS` (a term on scales the twin's times by its factor);
     ``shapes_before``: the batch sizes in tokens the engine's process ran before this run, least recently run
     first (``shape_history``; ``shape_capacity`` keeps the last of them)."""
     from superinfer.core import Params, Tenant, TenantTable
@@ -150,7 +157,7 @@ def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[flo
             host = replace(host, **{f: 0.0 for f in fields})
     if "host_wake" in off:
         host = replace(host, wake_idle_s=(), wake_extra_s=())
-    cal, host = scaled(cal, host, 1.0 if "host_speed" in off else speed)
+    cal, host = scaled(cal, host, float(np.prod([(speed or {}).get(t, 1.0) for t in SPEED_TERMS if t not in off])))
     cm = cost_model(o["block_size"], cal, overlap="sync_transfers" in off)
     cfg = SimConfig(policy=policy, max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=o["max_num_batched_tokens"],
                     b_xfer=o["b_xfer"], params=params, tenants=tenants, hbm_blocks=o["num_blocks"] - 1,
@@ -168,8 +175,9 @@ def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[flo
 #: token gaps of the one-step-later model (1,341 tok/s, TBT P50 19 ms; the twin with it 1,461 and 8.5 ms,
 #: without it 1,338 and 19.3 ms), so neither the plugin nor the twin assumes it. ``host_resume`` (0.3-0.5 ms per
 #: resume, with ``host_waiting`` measured on the plugin's steps): mean MAPE 11.9 % with it and 12.6 % without on the
-#: run of 2026-12-01 21:00, 23.1 % and 19.1 % on the run of 23:18 (docs/fidelity.md). ``--ablate`` scores each.
-LEFT_OUT = ("host_speed", "sync_resume", "host_resume")
+#: run of 2026-12-01 21:00, 23.1 % and 19.1 % on the run of 23:18 (docs/fidelity.md). ``run_speed`` reads the
+#: run it predicts (a diagnosis, not a prediction). ``--ablate`` scores each.
+LEFT_OUT = ("host_speed", "sync_resume", "host_resume", "run_speed")
 
 
 def variants(ablate: bool) -> list[tuple[str, tuple[str, ...]]]:
@@ -183,7 +191,7 @@ def variants(ablate: bool) -> list[tuple[str, tuple[str, ...]]]:
 
 
 def score(row: dict[str, Any], requests: tuple, o: dict[str, Any], slo: tuple[float, float], cal: Any, host: Any,
-          speed: float, ablate: bool) -> Any:
+          speed: dict[str, float], ablate: bool) -> Any:
     """Run every twin variant for one real run (``row["real"]``) and fill ``row["twin"]``, ``row["error"]`` and
     ``row["ablation"]``; returns the full twin's CDF arrays."""
     twin_o = o if o.get("calibration") else {**o, "step_slo_share": 0.0}  # the plugin had no fit

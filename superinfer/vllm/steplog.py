@@ -1,10 +1,11 @@
 """A per-step record of what ``RotaScheduler`` did, for measuring host terms against the engine's own steps.
 
-Off unless a bench sets ``scheduler.step_log = StepLog()``: one row per ``schedule()`` call, each with the wall
+Off unless a bench sets ``scheduler.step_log = StepLog()`` (on a stock vLLM scheduler: :func:`attach_stock`):
+one row per ``schedule()`` call, each with the wall
 time to the next call (the whole engine step: scheduler, forward, output processing, the serving loop) and what
 the step held: requests and tokens scheduled, their KV context, resumes, the connector's parks, loads and syncs
 (counts and blocks), whether the plugin planned, live and waiting requests, requests added since the last step.
-:func:`superinfer.vllm.fidelity_steps.resume_line` prices each step as the twin would and fits what is left.
+:mod:`superinfer.vllm.fidelity_steps` prices each step as the twin would and compares what is left.
 """
 
 from __future__ import annotations
@@ -58,3 +59,21 @@ class StepLog:
         """The complete rows as columns."""
         a = np.asarray(self.rows, float).reshape(-1, len(COLUMNS))
         return {name: a[:, i] for i, name in enumerate(COLUMNS)}
+
+
+def attach_stock(sched: Any, log: StepLog) -> None:
+    """Record a stock vLLM scheduler instance's steps in ``log`` (its class is unchanged): no plans, parks or
+    loads; ``live`` is its running requests, ``waiting`` its waiting queue after the step's admissions."""
+    schedule, add_request = sched.schedule, sched.add_request
+
+    def _add_request(request: Any, *args: Any, **kwargs: Any) -> Any:
+        log.arrivals += 1
+        return add_request(request, *args, **kwargs)
+
+    def _schedule(*args: Any, **kwargs: Any) -> Any:
+        log.begin()
+        out = schedule(*args, **kwargs)
+        log.end(out, sched.requests, {}, 0, len(sched.running), len(sched.waiting))
+        return out
+
+    sched.schedule, sched.add_request = _schedule, _add_request

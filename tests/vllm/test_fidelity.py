@@ -60,6 +60,7 @@ def test_the_json_has_both_sides_and_the_error_for_every_run(fidelity: dict) -> 
                                       | {"none"})
         assert len(r["probe_s"]) == 2 and all(0 < p < 0.1 for p in r["probe_s"]), "a speed probe before and after"
         assert 0.5 < r["speed"] < 2.0
+        assert 0.5 < r["run_speed"] < 2.0 and len(r["repeat_run_speed"]) == 1, "its speed from its own quiet steps"
     cal = fidelity["calibration"]
     assert cal["source"].startswith("measured") and cal["samples"] >= 100, "the step-time fit measured first"
     assert fidelity["host_terms"]["lvf"]["new_shape_s"] >= 0
@@ -120,6 +121,8 @@ def test_with_one_seed_the_pooled_errors_are_the_runs_own(fidelity: dict) -> Non
     by_point = {(p["policy"], p["rps"]): p for p in fidelity["summary"]["points"]}
     with np.load(fidelity["_path"].with_suffix(".cdf.npz")) as z:
         assert all(f"{p}|3.0|0|rep1.t_first" in z.files for p in ("vllm", "lvf")), "the repeats' requests kept"
+        assert all(f"{p}|3.0|0|{rep}steps.dt_s" in z.files for p in ("vllm", "lvf") for rep in ("", "rep1.")), \
+            "the quiet steps' cells kept, so that a re-score prices them again"
     for r in fidelity["runs"]:
         point = by_point[(r["policy"], r["rps"])]
         assert point["pooled"] == pytest.approx(r["error"], nan_ok=True)
@@ -143,6 +146,7 @@ def test_rescoring_the_recorded_runs_reproduces_the_twin_without_an_engine(fidel
         assert after["real"] == before["real"]
         assert after["twin"] == before["twin"] and after["error"] == before["error"]
         assert after["real_repeats"] == before["real_repeats"]  # the noise floor survives a re-score
+        assert after["run_speed"] == before["run_speed"] and after["repeat_run_speed"] == before["repeat_run_speed"]
     assert again["summary"]["noise_floor"] == fidelity["summary"]["noise_floor"]
     assert sorted(p.name for p in (tmp_path / "plots").glob("*.png")) == fidelity["_plots"], "real CDFs kept"
     bad = subprocess.run([sys.executable, "-m", "superinfer.cli", "bench", "fidelity", "--rescore", str(out.parent / "plots" /

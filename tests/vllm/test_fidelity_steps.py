@@ -13,8 +13,9 @@ import pytest
 from superinfer.core import Params, Tenant, TenantTable
 from superinfer.sim.calibration import Coefficients
 from superinfer.sim.host import HostCosts
-from superinfer.vllm.fidelity_steps import MIN_CELL, MIN_STEPS, predicted_s, resume_line, waiting_line
-from superinfer.vllm.steplog import COLUMNS, StepLog
+from superinfer.vllm.fidelity_steps import (MIN_CELL, MIN_SPEED_STEPS, MIN_STEPS, predicted_s, quiet_cells,
+                                            resume_line, run_speed, waiting_line)
+from superinfer.vllm.steplog import COLUMNS, StepLog, attach_stock
 
 COEF = Coefficients(overhead_s=1.5e-3, per_decode_seq_s=1e-4, per_kv_token_s=1e-7)
 HOST = HostCosts(step_s=3e-4, output_s=1e-4, output_per_seq_s=1e-5, plan_s=3e-4, waiting_s=5e-5, arrival_s=2e-4,
@@ -134,6 +135,58 @@ def test_the_step_log_records_each_step_with_its_wall_time():
                      "arrivals": 2}
     log.begin()
     assert log.array()["sync_blocks"][1] == 3 and log.array()["planned"][1] == 0, "counters as differences"
+
+
+def at_speed(cols: dict[str, np.ndarray], factor: float, seed: int = 0) -> dict[str, np.ndarray]:
+    """The same steps on a host ``factor`` times slower than the twin's prices (the full price, its waiting
+    cost included), with 0.1 ms of noise."""
+    rng = np.random.default_rng(seed)
+    return {**cols, "dt_s": factor * predicted_s(cols, COEF, HOST) + rng.normal(0, 1e-4, cols["seqs"].shape[0])}
+
+
+@pytest.mark.parametrize("factor", [0.9, 1.0, 1.15])
+def test_the_run_speed_is_the_quiet_steps_time_over_the_twins_price(factor: float):
+    log = joined(at_speed(quiet_steps(300, waiting=0), factor), at_speed(quiet_steps(300, waiting=2, seqs=5, seed=1),
+                                                                        factor, seed=1))
+    cells = quiet_cells(log)
+    assert cells["steps"].sum() == 600 and set(cells["waiting"].tolist()) == {0, 1}
+    assert run_speed(cells, COEF, HOST) == pytest.approx(factor, abs=0.01)
+
+
+def test_steps_that_plan_park_load_or_add_requests_do_not_move_the_run_speed():
+    busy = steps(400, resumes=1, extra_s=2e-3)  # rotations that cost 2 ms more than priced
+    arrivals = at_speed(quiet_steps(200, waiting=1, seed=3), 1.0)
+    arrivals["arrivals"][:] = 1
+    arrivals["dt_s"] += 5e-3  # a slow add_request: not the host's speed
+    log = joined(at_speed(quiet_steps(300, waiting=0), 1.1), busy, arrivals)
+    assert quiet_cells(log)["steps"].sum() == 300
+    assert run_speed(quiet_cells(log), COEF, HOST) == pytest.approx(1.1, abs=0.01)
+
+
+def test_a_run_with_too_few_quiet_steps_has_no_speed():
+    few = at_speed(quiet_steps(MIN_SPEED_STEPS - 1, waiting=0), 1.2)
+    assert run_speed(quiet_cells(few), COEF, HOST) is None
+    empty = quiet_cells(steps(50, resumes=1))
+    assert empty["steps"].shape == (0,) and run_speed(empty, COEF, HOST) is None
+
+
+def test_a_stock_scheduler_records_its_steps_and_arrivals():
+    """``attach_stock`` wraps a stock vLLM scheduler instance: its own ``schedule`` and ``add_request`` still run,
+    and each step is logged with the running requests and the queue left after it."""
+    out = SimpleNamespace(num_scheduled_tokens={"a": 1}, scheduled_cached_reqs=SimpleNamespace(resumed_req_ids=set()))
+    calls = []
+    sched = SimpleNamespace(requests={"a": SimpleNamespace(num_computed_tokens=41)}, running=["a"], waiting=["b", "c"],
+                            schedule=lambda: calls.append("schedule") or out,
+                            add_request=lambda r: calls.append(f"add {r}"))
+    log = StepLog()
+    attach_stock(sched, log)
+    sched.add_request("b")
+    assert sched.schedule() is out
+    sched.schedule()
+    assert calls == ["add b", "schedule", "schedule"]
+    row = {c: log.array()[c][0] for c in COLUMNS if c != "dt_s"}
+    assert row == {"seqs": 1, "tokens": 1, "kv_tokens": 40, "resumes": 0, "parks": 0, "park_blocks": 0, "loads": 0,
+                   "load_blocks": 0, "sync_blocks": 0, "planned": 0, "live": 1, "waiting": 2, "arrivals": 1}
 
 
 def test_the_twin_charges_each_swap_in_it_starts():
