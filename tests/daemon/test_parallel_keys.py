@@ -5,6 +5,7 @@ starts one)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,7 @@ def test_cpu_binding_splits_the_allowed_cpus_one_list_per_rank() -> None:
         cpu_thread_binding(4, {}, cpus=[0, 1], nodes=1)
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="binds 2 ranks to 2 of this process's CPUs")
 def test_prepare_env_sets_the_binding_on_cpu_only() -> None:
     env: dict[str, str] = {}
     binding = prepare_env(2, "mp", "cpu", env)
