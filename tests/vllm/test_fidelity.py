@@ -22,9 +22,11 @@ pytestmark = pytest.mark.timeout(900)
 #: the twin's mean percent error of TTFT/TBT P50/P90 (mape_pct) on this short run (about a dozen requests), and
 #: its attainment errors. The TTFT SLO is 50 ms, well above this engine's TTFT at 3 req/s (about 5-15 ms), so
 #: that attainment measures queueing (a twin with the wrong blocks or requests queues differently), not
-#: which side of a tight SLO a few requests of a dozen happen to fall on (a 12.5 ms SLO failed at 25 pp once). Measured 2026-12-01: 8-23 % for stock vLLM over 3 seeds of 10 s (docs/fidelity.md),
-#: 72 % once with the 2-core host at load average 20; a twin wired wrong (blocks, SLOs, requests) is off by
-#: far more, in the hundreds of percent.
+#: which side of a tight SLO a few requests of a dozen happen to fall on (a 12.5 ms SLO failed at 25 pp once). The TBT
+#: SLO is 20 ms for the same reason: this host's step time moved 2.8x between 2026-12-01 and 12-03, and a 6.8 ms TBT
+#: SLO then sat on the engine's own TBT (the twin's TBT attainment 40 pp off with its TBT P50/P90 12 / 2 % off).
+#: Measured 2026-12-01: 8-23 % for stock vLLM over 3 seeds of 10 s (docs/fidelity.md), 72 % once with the 2-core
+#: host at load average 20; a twin wired wrong (blocks, SLOs, requests) is off by far more, in the hundreds of percent.
 MAX_MAPE_PCT = 60.0
 MAX_ATTAINMENT_PP = 25.0
 
@@ -36,7 +38,7 @@ def fidelity(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> dict
     cmd = [sys.executable, "-m", "superinfer.cli", "bench", "fidelity", "--model", str(tiny_model),
            "--workload", "sharegpt", "--rates", "3", "--duration", "4", "--drain", "10", "--seeds", "1",
            "--policies", "vllm,lvf", "--num-blocks", "32", "--block-size", "32", "--max-model-len", "512",
-           "--threads", "1", "--ttft-slo", "0.05", "--tbt-slo", "0.0068", "--repeat", "2", "--json", str(out),
+           "--threads", "1", "--ttft-slo", "0.05", "--tbt-slo", "0.02", "--repeat", "2", "--json", str(out),
            "--plot-dir", str(plots)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=840)
     assert proc.returncode == 0, proc.stderr[-4000:]
