@@ -26,7 +26,7 @@ from superinfer.vllm.bench import _requests, engine_options, prepare, run_policy
 from superinfer.vllm.fidelity_probes import (calibration, host_from_json, host_json, host_terms, measure_shape_capacity,
                                             remeasure_terms)
 from superinfer.vllm.fidelity_steps import quiet_cells
-from superinfer.vllm.fidelity_store import REQUEST_FIELDS, cdf_path, load_rescore, run_speeds, save_real
+from superinfer.vllm.fidelity_store import REQUEST_FIELDS, STEPS, cdf_path, load_rescore, run_speeds, save_real
 from superinfer.vllm.fidelity_twin import (TERMS, cost_model, probe_reference, quantiles, score, side, speed_factor,
                                           variants)
 
@@ -65,7 +65,8 @@ def _engine_runs(o: dict[str, Any], rates: list[float], policies: list[str], slo
                     tr = traces[(policy, seed)]
                     q = quantiles(tr)
                     cells = quiet_cells(logs[(policy, seed)].array())
-                    kept = {**{k: getattr(tr, k) for k in REQUEST_FIELDS}, **{f"steps.{k}": v for k, v in cells.items()}}
+                    kept = {**{k: getattr(tr, k) for k in REQUEST_FIELDS},
+                            **{f"{STEPS}{k}": v for k, v in cells.items()}}
                     if rep:  # the engine against itself on the same requests: the noise floor
                         row = rows[(policy, rps, seed)]
                         row.setdefault("real_repeats", []).append(side(real_m, q))

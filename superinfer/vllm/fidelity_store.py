@@ -10,8 +10,12 @@ from typing import Any
 import click
 import numpy as np
 
+from superinfer.vllm.fidelity_steps import CELL_COLUMNS, run_speed
+
 #: per-request outcomes of a real run kept beside the JSON (``--json``'s ``.cdf.npz``)
 REQUEST_FIELDS = ("t_arr", "t_first", "t_end", "outputs", "last_token", "rotations")
+#: the prefix of a run's quiet-step cells among its kept fields (``steps.dt_s`` ...; a repeat's ``rep1.steps.dt_s``)
+STEPS = "steps."
 
 
 def save_real(path: Path, cdfs: dict[tuple[str, float], Any], requests: dict[tuple, dict[str, Any]]) -> None:
@@ -67,18 +71,14 @@ def load_rescore(path: str, ablate: bool) -> tuple[dict[str, Any], dict[str, Any
 
 
 def _cells(fields: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray] | None:
-    from superinfer.vllm.fidelity_steps import CELL_COLUMNS
-
-    if not all(f"{prefix}steps.{k}" in fields for k in CELL_COLUMNS):
+    if not all(f"{prefix}{STEPS}{k}" in fields for k in CELL_COLUMNS):
         return None
-    return {k: fields[f"{prefix}steps.{k}"] for k in CELL_COLUMNS}
+    return {k: fields[f"{prefix}{STEPS}{k}"] for k in CELL_COLUMNS}
 
 
 def run_speeds(fields: dict[str, np.ndarray], coefficients: Any, host: Any, repeats: int) -> dict[str, Any]:
     """A real run's ``run_speed`` and its repeats' (``repeat_run_speed``), from the quiet-step cells kept of them
     (:func:`superinfer.vllm.fidelity_steps.run_speed`); nothing where none was kept (runs before 2026-12-03)."""
-    from superinfer.vllm.fidelity_steps import run_speed
-
     out: dict[str, Any] = {}
     first = _cells(fields, "")
     if first is not None:
