@@ -64,6 +64,7 @@ def main() -> None:
         "vllm": "superinfer.vllm.bench:bench_vllm",
         "fidelity": "superinfer.vllm.fidelity:bench_fidelity",
         "tuner": "superinfer.tuner.bench.cli:bench_tuner",
+        "opprofile": "superinfer.bench.costmodel.cli:opprofile",
     },
 )
 def bench() -> None:
