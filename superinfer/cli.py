@@ -65,6 +65,7 @@ def main() -> None:
         "fidelity": "superinfer.vllm.fidelity:bench_fidelity",
         "tuner": "superinfer.tuner.bench.cli:bench_tuner",
         "opprofile": "superinfer.bench.costmodel.cli:opprofile",
+        "costmodel": "superinfer.bench.costmodel.cli:costmodel",
     },
 )
 def bench() -> None:

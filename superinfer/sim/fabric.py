@@ -153,6 +153,13 @@ PCIE5 = Link("pcie5-x16", 63 * GB, "pcie",
 PCIE4 = Link("pcie4-x16", 31.5 * GB, "pcie",
              "PCI-SIG PCIe 4.0: 16 GT/s x16 with 128b/130b = 31.5 GB/s per direction (A100 PCIe datasheet: "
              "64 GB/s bidirectional)")
+NVSWITCH4 = Link("nvswitch-nvlink4", 450 * GB, "nvlink",
+                  "NVIDIA DGX H100 / DGX H200 datasheets: 4 NVSwitch chips, 900 GB/s bidirectional GPU-to-GPU")
+NVSWITCH3 = Link("nvswitch-nvlink3", 300 * GB, "nvlink",
+                 "NVIDIA DGX A100 datasheet: 6 NVSwitch chips, 600 GB/s bidirectional GPU-to-GPU")
+HDR_IB = Link("hdr-200g", 25 * GB, "net",
+              "NVIDIA DGX A100 datasheet: 8 single-port ConnectX-6 200 Gb/s HDR InfiniBand = 25 GB/s per direction "
+              "per GPU")
 NDR_IB = Link("ndr-400g", 50 * GB, "net",
               "NVIDIA ConnectX-7 datasheet: 400 Gb/s (NDR InfiniBand / Ethernet) = 50 GB/s per direction; "
               "assumption: one NIC per GPU")
@@ -180,6 +187,18 @@ FABRICS: dict[str, dict[str, Fabric]] = {
                                                   Tier(_UNBOUNDED, NDR_IB)),
                                 "4-way NVLink-bridged H200 NVL cards, 8 per host"),
     },
+    "h100-sxm": {
+        "dgx-h100": Fabric("dgx-h100", (Tier(8, NVSWITCH4), Tier(_UNBOUNDED, NDR_IB)),
+                           "DGX/HGX H100: 8 GPUs on NVSwitch, nodes on 400G NDR InfiniBand (one NIC per GPU)"),
+    },
+    "h200-sxm": {
+        "dgx-h200": Fabric("dgx-h200", (Tier(8, NVSWITCH4), Tier(_UNBOUNDED, NDR_IB)),
+                           "DGX/HGX H200: 8 GPUs on NVSwitch, nodes on 400G NDR InfiniBand (one NIC per GPU)"),
+    },
+    "a100-sxm": {
+        "dgx-a100": Fabric("dgx-a100", (Tier(8, NVSWITCH3), Tier(_UNBOUNDED, HDR_IB)),
+                           "DGX/HGX A100: 8 GPUs on NVSwitch, nodes on 200G HDR InfiniBand (one NIC per GPU)"),
+    },
     "a100-pcie": {
         "pcie": Fabric("pcie", (Tier(PCIE_HOST_GPUS, PCIE4), Tier(_UNBOUNDED, NDR_IB)),
                        "A100 80GB PCIe cards without bridges, 8 per host"),
@@ -190,7 +209,8 @@ FABRICS: dict[str, dict[str, Fabric]] = {
 }
 
 #: the fabric assumed when none is named: what the hardware profile's name implies (no optional bridges)
-DEFAULT_FABRIC = {"gh200": "nvl2", "h100-pcie": "pcie", "h200-pcie": "pcie", "a100-pcie": "pcie"}
+DEFAULT_FABRIC = {"gh200": "nvl2", "h100-pcie": "pcie", "h200-pcie": "pcie", "a100-pcie": "pcie",
+                  "h100-sxm": "dgx-h100", "h200-sxm": "dgx-h200", "a100-sxm": "dgx-a100"}
 
 
 def get_fabric(hardware: str, name: str | None = None) -> Fabric:

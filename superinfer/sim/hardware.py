@@ -85,6 +85,11 @@ _PCIE_DUPLEX = 0.85  # assumption, see module docstring
 # other: 63.14 ms for 16 GB -> 253.4 GB/s one way (our reading: the next row adds duplex, so this row ran
 # the directions serially). Ideal concurrent ceiling 192 + 192 GB/s (8 GB / 41.66 ms).
 _GH200_ONE_WAY = 16 * GB / 63.14e-3
+# Measured on a lent H200 SXM (HGX board, PCIe 5.0 x16 to the host), 2026-12-04, `superinferd probe`
+# (bench/results/gpu_h200_20261204/duplexkv/probe_qwen2.5-32b.json, 1 GiB each way in 4 MiB blocks):
+# 53.8 GB/s host->device, 54.0 device->host, 51.4 / 50.0 GB/s with both directions running.
+_H200_PCIE5_ONE_WAY = 53.8 * GB
+_H200_PCIE5_DUPLEX = 0.93
 _GH200_CONCURRENT = 192 * GB
 
 HARDWARE: dict[str, HardwareProfile] = {
@@ -138,6 +143,59 @@ HARDWARE: dict[str, HardwareProfile] = {
         sources=(
             "NVIDIA H200 Tensor Core GPU datasheet (H200 NVL column), https://www.nvidia.com/en-us/data-center/h200/",
             "PCI-SIG PCIe 5.0 base specification: 32 GT/s per lane, 128b/130b encoding",
+        ),
+    ),
+    "h100-sxm": HardwareProfile(
+        name="h100-sxm",
+        hbm_bytes=80 * GB,             # datasheet: H100 SXM 80 GB HBM3
+        hbm_bw=3.35e12,                # datasheet: H100 SXM 3.35 TB/s
+        peak_bf16_flops=989e12,        # datasheet: H100 SXM BF16 1,979 TFLOPS with sparsity -> 989 dense
+        mfu=_MFU, mbu=_MBU,
+        h2d_bw=_H200_PCIE5_ONE_WAY,    # HGX boards: PCIe 5.0 x16 to the host, as measured on the lent H200
+        d2h_bw=_H200_PCIE5_ONE_WAY,
+        duplex_factor=_H200_PCIE5_DUPLEX,
+        dram_bytes=2048 * GB,          # datasheet: DGX H100 2 TB system memory (8 GPUs share it)
+        overhead_s=_OVERHEAD_S,
+        link="PCIe 5.0 x16 to the host (HGX board); NVLink 4 / NVSwitch between GPUs",
+        sources=(
+            "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column, https://www.nvidia.com/en-us/data-center/h100/",
+            "NVIDIA DGX H100 datasheet (2 TB system memory)",
+            "host link measured on a lent H200 SXM, bench/results/gpu_h200_20261204/duplexkv/probe_qwen2.5-32b.json",
+        ),
+    ),
+    "h200-sxm": HardwareProfile(
+        name="h200-sxm",
+        hbm_bytes=141 * GB,            # datasheet: H200 SXM 141 GB HBM3e
+        hbm_bw=4.8e12,                 # datasheet: H200 SXM 4.8 TB/s
+        peak_bf16_flops=989e12,        # datasheet: H200 SXM BF16 1,979 TFLOPS with sparsity -> 989 dense
+        mfu=_MFU, mbu=_MBU,
+        h2d_bw=_H200_PCIE5_ONE_WAY,    # measured (probe, 2026-12-04): 53.8 GB/s h2d, 54.0 d2h, pinned
+        d2h_bw=_H200_PCIE5_ONE_WAY,
+        duplex_factor=_H200_PCIE5_DUPLEX,  # measured: 51.4 / 50.0 GB/s per direction with both running
+        dram_bytes=2048 * GB,          # datasheet: DGX H200 2 TB system memory (8 GPUs share it)
+        overhead_s=_OVERHEAD_S,
+        link="PCIe 5.0 x16 to the host (HGX board, measured); NVLink 4 / NVSwitch between GPUs",
+        sources=(
+            "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM column, https://www.nvidia.com/en-us/data-center/h200/",
+            "NVIDIA DGX H200 datasheet (2 TB system memory)",
+            "host link measured on a lent H200 SXM (700 W), bench/results/gpu_h200_20261204/duplexkv/",
+        ),
+    ),
+    "a100-sxm": HardwareProfile(
+        name="a100-sxm",
+        hbm_bytes=80 * GB,             # datasheet: A100 80GB SXM, HBM2e
+        hbm_bw=2.039e12,               # datasheet: A100 80GB SXM 2,039 GB/s
+        peak_bf16_flops=312e12,        # datasheet: A100 BF16 tensor 312 TFLOPS dense (624 sparse)
+        mfu=_MFU, mbu=_MBU,
+        h2d_bw=25 * GB,                # PCIe 4.0 x16 to the host (HGX A100), as a100-pcie (assumption)
+        d2h_bw=25 * GB,
+        duplex_factor=_PCIE_DUPLEX,
+        dram_bytes=2048 * GB,          # datasheet: DGX A100 2 TB system memory (8 GPUs share it)
+        overhead_s=_OVERHEAD_S,
+        link="PCIe 4.0 x16 to the host (HGX board); NVLink 3 / NVSwitch between GPUs",
+        sources=(
+            "NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM column, https://www.nvidia.com/en-us/data-center/a100/",
+            "NVIDIA DGX A100 datasheet (2 TB system memory)",
         ),
     ),
     "a100-pcie": HardwareProfile(

@@ -143,10 +143,25 @@ def fit_mape(coef: Any, samples: list[Any]) -> float:
 @click.option("--repeats", default=2, show_default=True, type=click.IntRange(1, 20))
 @click.option("--threads", default=None, type=click.IntRange(min=1),
               help="Engine CPU threads (torch.set_num_threads first); match what `bench vllm --threads` used.")
+@click.option("--profiles", "profiles_dir", default=None, type=click.Path(file_okay=False),
+              help="Fit the twin's GPU terms (GEMM, elementwise, all-reduce, CPU overhead) to measured Vidur-format "
+                   "profiles in this folder instead of running an engine; --hardware then overrides the GPU "
+                   "folders' datasheet profile.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
-def calibrate(model_dir: str | None, build_tiny: str | None, output: str, label: str | None, hardware: str,
-              block_size: int, max_model_len: int, repeats: int, threads: int | None, as_json: bool) -> None:
-    """Measure engine step times on this vLLM engine and write a simulator calibration file."""
+@click.pass_context
+def calibrate(ctx: click.Context, model_dir: str | None, build_tiny: str | None, output: str, label: str | None,
+              hardware: str, block_size: int, max_model_len: int, repeats: int, threads: int | None,
+              profiles_dir: str | None, as_json: bool) -> None:
+    """Measure engine step times on this vLLM engine and write a simulator calibration file, or (with
+    --profiles) fit the GPU cost model's terms to measured GPU profiles."""
+    if profiles_dir is not None:
+        if model_dir or build_tiny:
+            raise click.UsageError("--profiles fits measured files: give it without --model/--build-tiny")
+        from superinfer.bench.costmodel.cli import calibrate_from_profiles
+
+        explicit = ctx.get_parameter_source("hardware") is not click.core.ParameterSource.DEFAULT
+        calibrate_from_profiles(Path(profiles_dir), Path(output), hardware if explicit else None, as_json)
+        return
     from superinfer.sim.calibration import Calibration, save
     from superinfer.vllm.compat import check_vllm_version
 
