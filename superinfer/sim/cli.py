@@ -108,6 +108,9 @@ def _knob_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--drain", default=300.0, show_default=True, type=click.FloatRange(min=0), help="Seconds to drain after arrivals end.")
 @click.option("--sjf-noise", default=0.0, show_default=True, type=click.FloatRange(min=0), help="Log-normal sigma of sjf's predictions.")
 @click.option("--calibration", default=None, type=click.Path(exists=True, dir_okay=False), help="Measured calibration JSON.")
+@click.option("--gpu-costs", type=click.Choice(["datasheet", "grounded"]), default="datasheet", show_default=True,
+              help="GPU iteration costs: the datasheet roofline, or operator terms fitted to measured A100/H100/H200 "
+                   "profiles (docs/costmodel.md).")
 @click.option("--skip-bad", is_flag=True, help="Count and skip malformed trace lines instead of failing.")
 @click.option("--workers", default=None, type=click.IntRange(min=1), help="Processes (default: CPU count).")
 @click.option("--json", "json_path", default=None, help="Write the JSON here ('-' for stdout).")
@@ -134,7 +137,10 @@ def bench_sim(**o: object) -> None:
                    max_num_batched_tokens=int(o["max_num_batched_tokens"]), b_xfer=o["b_xfer"], params=params,  # type: ignore[arg-type]
                    tenants=tenants, tenant_mix=mix, dram_gib=o["dram_gib"], hbm_blocks=o["hbm_blocks"],  # type: ignore[arg-type]
                    dram_blocks=o["dram_blocks"], drain_s=float(o["drain"]),  # type: ignore[arg-type]
-                   sjf_noise=float(o["sjf_noise"]), calibration=o["calibration"], skip_bad=bool(o["skip_bad"]))  # type: ignore[arg-type]
+                   sjf_noise=float(o["sjf_noise"]), calibration=o["calibration"], skip_bad=bool(o["skip_bad"]),  # type: ignore[arg-type]
+                   gpu_costs=str(o["gpu_costs"]))
+    if o["calibration"] and o["gpu_costs"] != "datasheet":
+        raise click.UsageError("--calibration (a measured engine) and --gpu-costs grounded exclude each other")
     specs = grid(base, policies, rps, int(o["seeds"]))
     try:
         runs = run_grid(specs, o["workers"])  # type: ignore[arg-type]

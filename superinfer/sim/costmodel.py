@@ -17,7 +17,9 @@ and ``D`` decoding sequences:
   uniform top-k routing, ``1 − (1 − k/E)^n`` of the expert bytes (a full batch touches all experts).
 
 With a calibration (``superinfer.sim.calibration``) the iteration time is the measured linear model
-instead, and measured transfer bandwidths / duplex factor replace the datasheet ones.
+instead, and measured transfer bandwidths / duplex factor replace the datasheet ones. With GPU terms
+(``gpu_terms``, fitted to measured operator times: ``superinfer.sim.grounded``) it is the sum of the
+fitted operators instead of the roofline.
 
 Transfers of ``h`` host->device and ``d`` device->host blocks: with duplex, both directions run at
 ``one_way · duplex_factor`` until the shorter finishes, the rest at one-way speed; without duplex they run
@@ -36,6 +38,8 @@ import numpy as np
 
 from superinfer.core.budget import DEFAULT_ETA, b_xfer_blocks
 from superinfer.sim.calibration import Calibration
+from superinfer.sim.gputerms import Terms
+from superinfer.sim.grounded import GroundedPricer
 from superinfer.sim.hardware import HardwareProfile
 from superinfer.sim.models import BF16_BYTES, ModelProfile
 
@@ -70,15 +74,18 @@ class CostModel:
     """
 
     __slots__ = ("model", "hardware", "block_size", "calibration", "overlap", "duplex", "block_bytes",
-                 "h2d_bw", "d2h_bw", "duplex_factor", "overhead_s", "_fit",
+                 "h2d_bw", "d2h_bw", "duplex_factor", "overhead_s", "_fit", "_grounded",
                  "_s_per_mm_token", "_s_per_pair", "_s_dense_weights", "_s_expert_weights",
                  "_log_expert_miss", "_moe", "_s_per_kv_token",
                  "_h2d_s_per_block", "_d2h_s_per_block", "_h2d_dup_s_per_block", "_d2h_dup_s_per_block")
 
     def __init__(self, model: ModelProfile, hardware: HardwareProfile, block_size: int,
-                 calibration: Calibration | None = None, *, overlap: bool = True, duplex: bool = True) -> None:
+                 calibration: Calibration | None = None, *, overlap: bool = True, duplex: bool = True,
+                 gpu_terms: Terms | None = None) -> None:
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
             raise ValueError(f"block_size: expected an integer > 0, got {block_size!r}")
+        if calibration is not None and gpu_terms is not None:
+            raise ValueError("give a calibration (a measured engine) or GPU terms, not both")
         self.model = model
         self.hardware = hardware
         self.block_size = block_size
@@ -113,6 +120,8 @@ class CostModel:
             dup = t.duplex_factor if t.duplex_factor is not None else dup
         else:
             self._fit = None
+        self._grounded = (GroundedPricer(model, 1, hardware, gpu_terms, self.overhead_s)
+                          if gpu_terms is not None else None)
         self.h2d_bw, self.d2h_bw, self.duplex_factor = h2d, d2h, dup
         self._h2d_s_per_block = self.block_bytes / h2d
         self._d2h_s_per_block = self.block_bytes / d2h
@@ -132,6 +141,9 @@ class CostModel:
         tokens = prefill_tokens + decode_seqs
         if tokens <= 0:
             return 0.0
+        if self._grounded is not None:
+            return self._grounded.iteration_s(prefill_tokens, prefill_attn_pairs, decode_seqs, decode_kv_tokens,
+                                              prefill_ctx_tokens)
         if self._fit is not None:
             return self._fit(prefill_tokens, prefill_attn_pairs, decode_seqs, decode_kv_tokens, prefill_ctx_tokens)
         compute = self._s_per_mm_token * tokens + self._s_per_pair * (prefill_attn_pairs + decode_kv_tokens)

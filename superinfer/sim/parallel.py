@@ -34,6 +34,8 @@ from dataclasses import dataclass, replace
 
 from superinfer.sim.costmodel import CostModel
 from superinfer.sim.fabric import Fabric, allgather_s, allreduce_s, get_fabric, send_s
+from superinfer.sim.gputerms import Terms
+from superinfer.sim.grounded import GroundedPricer
 from superinfer.sim.hardware import HardwareProfile
 from superinfer.sim.layout import Layout, kv_heads_per_rank, layout_problems, stage_layers
 from superinfer.sim.models import BF16_BYTES, ModelProfile
@@ -90,13 +92,16 @@ class ParallelCostModel(CostModel):
     """
 
     def __init__(self, model: ModelProfile, hardware: HardwareProfile, block_size: int, layout: Layout,
-                 fabric: Fabric | None = None, *, overlap: bool = True, duplex: bool = True) -> None:
+                 fabric: Fabric | None = None, *, overlap: bool = True, duplex: bool = True,
+                 gpu_terms: Terms | None = None) -> None:
         problems = layout_problems(layout.tp, layout.pp, heads=model.heads, kv_heads=model.kv_heads,
                                    layers=model.layers, intermediate=model.intermediate)
         if problems:
             raise ValueError(f"{model.name} at {layout}: " + "; ".join(problems))
         shard = rank_shard(model, layout.tp)
         super().__init__(shard, hardware, block_size, None, overlap=overlap, duplex=duplex)
+        if gpu_terms is not None:  # one rank's shard of the full model, TP-aware
+            self._grounded = GroundedPricer(model, layout.tp, hardware, gpu_terms, self.overhead_s)
         self.full_model = model
         self.layout = layout
         self.fabric = fabric if fabric is not None else get_fabric(hardware.name)

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from superinfer.bench.costmodel import fit
 from superinfer.bench.costmodel.cli import SHIPPED_PROFILES
 from superinfer.bench.costmodel.files import ProfileError, Profiles, read_profiles
-from superinfer.bench.costmodel.ops import GEMMS
+from superinfer.sim.layerops import GEMMS
 from superinfer.bench.costmodel.score import hardware_for, score
 from superinfer.cli import main
 

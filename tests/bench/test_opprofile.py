@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from superinfer.bench.costmodel.ops import GEMMS, OPS, LayerShard, column, header, shard_of_model
+from superinfer.sim.layerops import GEMMS, OPS, LayerShard, column, header, shard_of_model
 from superinfer.cli import main
 from superinfer.sim.models import get_model
 

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from superinfer.bench.costmodel.ops import GEMMS, OPS, SHAPE_COLUMNS, LayerShard, column
+from superinfer.sim.layerops import GEMMS, OPS, SHAPE_COLUMNS, LayerShard, column
 
 KNOWN = ("mlp.csv", "all_reduce.csv", "cpu_overheads.csv")
 SKIPPED_NAMES = ("meta.json",)

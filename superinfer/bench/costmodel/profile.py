@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from superinfer.bench.costmodel import kernels
-from superinfer.bench.costmodel.ops import STATS, LayerShard, column, header, shard_of_model
+from superinfer.sim.layerops import STATS, LayerShard, column, header, shard_of_model
 
 DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
                   6144, 8192, 12288, 16384)

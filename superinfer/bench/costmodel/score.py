@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from superinfer.bench.costmodel.files import AllReduceRow, ComputeRow, CpuRow, ProfileError, Profiles
-from superinfer.bench.costmodel.ops import ELEMENTWISE, GEMMS
+from superinfer.sim.layerops import ELEMENTWISE, GEMMS
 from superinfer.sim.fabric import allreduce_s, get_fabric
 from superinfer.sim.hardware import HardwareProfile, get_hardware, hardware_names
 

@@ -1,0 +1,129 @@
+"""The twin's iteration time from GPU terms fitted to measured operator times (``--gpu-costs grounded``).
+
+The datasheet twin prices a whole iteration as one roofline, ``max(compute, memory) + overhead``. The
+grounded one adds up what the engine runs, one operator after another:
+
+    iteration = layers · layer(T) + embedding(T) + lm_head(S) + attention + cpu(B)
+
+* ``layer(T)``: the fitted time of one layer's four GEMMs and its norms, RoPE, activation and adds on one
+  TP shard at ``T`` batched tokens (:class:`~superinfer.sim.gputerms.GpuTerms`); tabulated once per
+  engine for every ``T`` up to the largest seen, so the hot path is one array lookup.
+* ``lm_head(S)``: the vocabulary GEMM for the ``S`` sampled rows (decodes, plus one per iteration with
+  prefill: a lower bound, as in :mod:`superinfer.sim.parallel`).
+* ``attention``: not in any measured profile; priced as a roofline of its FLOPs and KV bytes at the
+  fitted GEMM efficiencies (an assumption, stated in ``docs/costmodel.md``).
+* ``cpu(B)``: the fitted CPU line for the TP degree (``base + per_seq · B``, ``B`` the sequences in the
+  batch); measured on the engine Vidur profiled (Sarathi-Serve on an A100 host), not on vLLM.
+
+Which measured part's efficiencies a hardware profile takes is :data:`MEASURED_PART`: each share of the
+datasheet peak is applied to that profile's own peaks. MoE models are refused (no expert GEMM profiles).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from superinfer.sim.gputerms import CpuTerms, GpuTerms, Terms, load
+from superinfer.sim.hardware import HardwareProfile
+from superinfer.sim.layerops import ELEMENTWISE, GEMMS, shard_of_model
+from superinfer.sim.models import BF16_BYTES, ModelProfile
+
+#: terms fitted on the profiles shipped in superinfer/bench/costmodel/profiles
+#: (superinferd calibrate --profiles superinfer/bench/costmodel/profiles -o superinfer/sim/gpu_terms.json)
+SHIPPED_TERMS = Path(__file__).resolve().parent / "gpu_terms.json"
+
+#: hardware profile -> the measured GPU whose shares of the datasheet peaks it takes
+MEASURED_PART = {
+    "a100-pcie": "a100",   # measured: A100 80GB PCIe (Vidur)
+    "a100-sxm": "a100",    # same die, measured on the PCIe card (the SXM's higher power limit may reach more)
+    "h100-sxm": "h100",    # measured: H100 SXM (Vidur)
+    "h100-pcie": "h100",   # same die, measured on the SXM part (the PCIe card's 350 W limit may reach less)
+    "h200-sxm": "h200",    # measured: the lent H200 SXM (this project, 2026-12-04)
+    "h200-pcie": "h200",   # H200 NVL: same die, measured on the SXM part
+    "gh200": "h200",       # GH200's GPU is the same Hopper die with HBM3e: measured on the H200 SXM
+}
+#: the CPU line used for every GPU (the only CPU profile measured)
+CPU_SOURCE = "a100"
+
+
+@lru_cache(maxsize=4)
+def shipped_terms(path: str = str(SHIPPED_TERMS)) -> Terms:
+    return load(path)
+
+
+def terms_for(hardware: HardwareProfile, terms: Terms) -> GpuTerms:
+    """The measured part's terms moved onto ``hardware``'s datasheet peaks."""
+    part = MEASURED_PART.get(hardware.name)
+    if part is None or part not in terms.gpus:
+        raise ValueError(f"no measured GPU terms for hardware {hardware.name!r} "
+                         f"(grounded costs cover {', '.join(sorted(MEASURED_PART))})")
+    return replace(terms.gpus[part], hardware=hardware.name, peak_flops=hardware.peak_bf16_flops,
+                   hbm_bw=hardware.hbm_bw)
+
+
+def cpu_for(terms: Terms, tp: int) -> CpuTerms | None:
+    """The CPU line of the largest measured TP degree <= ``tp`` (None: none measured)."""
+    lines = {int(k.split("/tp")[1]): v for k, v in terms.cpu.items() if k.startswith(f"{CPU_SOURCE}/tp")}
+    fits = [d for d in lines if d <= tp]
+    return lines[max(fits)] if fits else None
+
+
+class GroundedPricer:
+    """Iteration compute time of ``model`` on one of ``tp`` ranks of ``hardware`` (see the module docstring)."""
+
+    def __init__(self, model: ModelProfile, tp: int, hardware: HardwareProfile, terms: Terms,
+                 overhead_s: float) -> None:
+        if model.experts > 1:
+            raise ValueError(f"{model.name}: grounded GPU costs have no expert (MoE) GEMM profiles; "
+                             "use --gpu-costs datasheet")
+        self.gpu = terms_for(hardware, terms)
+        self.cpu = cpu_for(terms, tp)
+        self.overhead_s = overhead_s if self.cpu is None else None
+        s1 = shard_of_model(model, tp, 1)
+        self.layers = model.layers
+        self._gemm_nk = np.array([s1.gemm(op)[1:] for op in GEMMS], dtype=float)
+        ew = [op for op in ELEMENTWISE if op != "emb"]
+        self._ew_w = np.array([s1.weight_bytes(op) for op in ew], dtype=float)
+        self._ew_a = np.array([s1.activation_bytes(op) for op in ew], dtype=float)
+        self._emb_a = float(s1.activation_bytes("emb"))
+        self._vocab, self._hidden = s1.vocab, model.hidden
+        shard_heads, shard_kv = s1.heads, s1.kv_heads
+        self._attn_flops_per_pair = 4.0 * model.layers * shard_heads * model.head_dim
+        self._kv_bytes_per_token = 2.0 * model.layers * shard_kv * model.head_dim * BF16_BYTES
+        self._table = np.zeros(1, dtype=float)
+
+    def _layer_table(self, tokens: np.ndarray) -> np.ndarray:
+        t = tokens[:, None].astype(float)
+        n, k = self._gemm_nk[:, 0], self._gemm_nk[:, 1]
+        gemm = self.gpu.gemm_s(2.0 * t * n * k, (n * k + t * k + t * n) * BF16_BYTES).sum(axis=1)
+        ew = self.gpu.elementwise_s(self._ew_w + self._ew_a * t).sum(axis=1)
+        out = gemm + ew
+        out[tokens == 0] = 0.0
+        return out
+
+    def _layer_s(self, tokens: int) -> float:
+        if tokens >= len(self._table):
+            size = max(2 * len(self._table), tokens + 1, 1024)
+            self._table = self.layers * self._layer_table(np.arange(size))
+        return float(self._table[tokens])
+
+    def iteration_s(self, prefill_tokens: int, prefill_attn_pairs: float, decode_seqs: int,
+                    decode_kv_tokens: int, prefill_ctx_tokens: int = 0) -> float:
+        tokens = prefill_tokens + decode_seqs
+        if tokens <= 0:
+            return 0.0
+        g = self.gpu
+        sampled = decode_seqs + (1 if prefill_tokens > 0 else 0)
+        lm_n, h = self._vocab, self._hidden
+        lm_head = g.gemm_s(2.0 * sampled * lm_n * h, (lm_n * h + sampled * (h + lm_n)) * BF16_BYTES)
+        emb = g.elementwise_s(self._emb_a * tokens)
+        attn_flops = self._attn_flops_per_pair * (prefill_attn_pairs + decode_kv_tokens)
+        kv_bytes = self._kv_bytes_per_token * (decode_kv_tokens + prefill_ctx_tokens + tokens)
+        attention = max(attn_flops / (g.peak_flops * g.gemm_eff_flops), kv_bytes / (g.hbm_bw * g.gemm_eff_bw))
+        batch = decode_seqs + (1 if prefill_tokens > 0 else 0)
+        cpu = self.overhead_s if self.cpu is None else self.cpu.overhead_s(batch)
+        return self._layer_s(tokens) + float(lm_head) + float(emb) + attention + cpu
