@@ -4,14 +4,16 @@
 #     bench/gpu_session.sh [OUT_DIR]        # default OUT_DIR: bench/results/gpu
 #
 # 1. The GPU itself (nvidia-smi: part, memory, power limit, clocks, PCIe link) -> OUT_DIR/gpu.txt
-# 2. One layer's operators per TP shard and token count for Qwen2.5-32B, Llama-3-70B, Llama-3-8B
-#    (`superinferd bench opprofile`, issue 29) -> OUT_DIR/profiles/compute/<gpu>/<model>/mlp.csv and
-#    meta.json (with the copy bandwidth and GEMM peak reached); scored by `superinferd bench costmodel`.
+# 2. One layer's operators and its attention per TP shard and token count for Qwen2.5-32B, Llama-3-70B,
+#    Llama-3-8B (`superinferd bench opprofile`, issue 29) -> OUT_DIR/profiles/compute/<gpu>/<model>/
+#    mlp.csv, attention.csv and meta.json (with the copy bandwidth and GEMM peak reached); scored by
+#    `superinferd bench costmodel`.
 # 3. DuplexKV on CUDA: its tests, the bandwidth probe and the Table 1 ablation (bench/gpu_check.sh)
-#    -> OUT_DIR/duplexkv/.
+#    -> OUT_DIR/duplexkv/ (SKIP_DUPLEXKV=1 leaves it out).
 #
 # Needs torch with CUDA, triton, numpy, click, pytest (the GPU image has them). PYTHON overrides the
-# interpreter. DEVICE=cpu TOKENS=1,2 MODELS=llama-3-8b test the plumbing on a machine without a GPU.
+# interpreter. DEVICE=cpu TOKENS=1,2 MODELS=llama-3-8b ATTENTION_POINTS=decode:2:64 test the plumbing on a
+# machine without a GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR="${1:-bench/results/gpu}"
@@ -33,11 +35,14 @@ echo "== operator profile =="
 args=(--out "$OUT_DIR/profiles" --gpu "${GPU_NAME:-h200}" --device "$DEVICE"
       --models "${MODELS:-qwen2.5-32b,llama-3-70b,llama-3-8b}" --deadline-s "${PROFILE_DEADLINE_S:-180}")
 [[ -n "${TOKENS:-}" ]] && args+=(--tokens "$TOKENS")
+[[ -n "${ATTENTION_POINTS:-}" ]] && args+=(--attention-points "$ATTENTION_POINTS")
 timeout "${PROFILE_TIMEOUT_S:-260}" "$PY" -m superinfer.cli bench opprofile "${args[@]}" \
   > "$OUT_DIR/opprofile.json" 2> >(tee "$OUT_DIR/opprofile.log" >&2) || status=1
 tail -c 1200 "$OUT_DIR/opprofile.json"
 
-echo "== DuplexKV (bench/gpu_check.sh) =="
-GPU_CHECK_BUDGET_S="${GPU_CHECK_BUDGET_S:-300}" DEVICE="$DEVICE" bench/gpu_check.sh "$OUT_DIR/duplexkv" || status=1
+if [[ -z "${SKIP_DUPLEXKV:-}" ]]; then
+  echo "== DuplexKV (bench/gpu_check.sh) =="
+  GPU_CHECK_BUDGET_S="${GPU_CHECK_BUDGET_S:-300}" DEVICE="$DEVICE" bench/gpu_check.sh "$OUT_DIR/duplexkv" || status=1
+fi
 echo "results in $OUT_DIR (exit $status)"
 exit $status

@@ -25,6 +25,17 @@ def _ints(text: str, what: str) -> list[int]:
     return values
 
 
+def _points(text: str) -> list[tuple[str, int, int]]:
+    out = []
+    for item in text.split(","):
+        parts = item.strip().split(":")
+        if len(parts) != 3 or parts[0] not in ("decode", "prefill") or not all(p.isdigit() and int(p) > 0 for p in parts[1:]):
+            raise click.BadParameter(f"expected phase:batch:kv_len (phase decode or prefill), got {item!r}",
+                                     param_hint="--attention-points")
+        out.append((parts[0], int(parts[1]), int(parts[2])))
+    return out
+
+
 @click.command("opprofile")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder to write compute/<gpu>/<model>/mlp.csv and compute/<gpu>/meta.json into.")
@@ -40,8 +51,12 @@ def _ints(text: str, what: str) -> list[int]:
               help="Timed samples per operator.")
 @click.option("--deadline-s", default=None, type=click.FloatRange(min=1.0),
               help="Stop after the (model, TP) running when this many seconds have passed.")
+@click.option("--attention/--no-attention", default=True, show_default=True,
+              help="Also time decode and prefill attention per shard (attention.csv).")
+@click.option("--attention-points", default=None,
+              help="Attention points as phase:batch:kv_len, comma-separated (default: 20 decode, 5 prefill).")
 def opprofile(out_dir: Path, gpu: str, models: str, tps: str, tokens: str | None, device: str, reps: int,
-              trials: int, deadline_s: float | None) -> None:
+              trials: int, deadline_s: float | None, attention: bool, attention_points: str | None) -> None:
     """Time one transformer layer's operators (GEMMs, norms, RoPE, activation, add) per TP shard and
     token count on this host's GPU, and write them in the format of the shipped GPU profiles."""
     from superinfer.bench.costmodel.profile import DEFAULT_TOKENS, run_profile
@@ -51,9 +66,11 @@ def opprofile(out_dir: Path, gpu: str, models: str, tps: str, tokens: str | None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--models") from None
     token_list = _ints(tokens, "--tokens") if tokens else list(DEFAULT_TOKENS)
+    pts = [] if not attention else (_points(attention_points) if attention_points else None)
     try:
         meta = run_profile(chosen, _ints(tps, "--tp"), token_list, out_dir, gpu, device=device, reps=reps,
-                           trials=trials, deadline_s=deadline_s, log=lambda m: click.echo(m, err=True))
+                           trials=trials, deadline_s=deadline_s, log=lambda m: click.echo(m, err=True),
+                           attention_points=pts)
     except RuntimeError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)

@@ -34,9 +34,11 @@ from superinfer.sim.layerops import STATS, LayerShard, column, header, shard_of_
 DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
                   6144, 8192, 12288, 16384)
 DTYPE = torch.bfloat16
+#: operators whose launches could not be captured in a CUDA graph (timed back to back instead)
+GRAPH_FALLBACKS: list[str] = []
 
 
-def _sample_ms(fn: Callable[[], None], device: str, reps: int, trials: int) -> list[float]:
+def sample_ms(fn: Callable[[], None], device: str, reps: int, trials: int) -> list[float]:
     """Per-call milliseconds, ``trials`` samples (see the module docstring)."""
     fn()  # compile / allocate workspaces outside the graph
     if not device.startswith("cuda"):
@@ -53,16 +55,25 @@ def _sample_ms(fn: Callable[[], None], device: str, reps: int, trials: int) -> l
             fn()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(reps):
-            fn()
-    graph.replay()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(reps):
+                fn()
+        run = graph.replay
+    except RuntimeError as exc:  # a kernel that cannot be captured: time back-to-back launches instead
+        GRAPH_FALLBACKS.append(f"{getattr(fn, '__name__', 'op')}: {str(exc).splitlines()[0][:200]}")
+        torch.cuda.synchronize()
+
+        def run() -> None:
+            for _ in range(reps):
+                fn()
+    run()
     torch.cuda.synchronize()
     out = []
     for _ in range(trials):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        graph.replay()
+        run()
         end.record()
         end.synchronize()
         out.append(start.elapsed_time(end) / reps)
@@ -119,7 +130,7 @@ def profile_shard(s: LayerShard, device: str, ew, reps: int, trials: int) -> dic
     """One CSV row: every operator's statistics (ms) and the shape columns."""
     row: dict[str, object] = {}
     for op, fn in operators(s, device, ew).items():
-        ms = _sample_ms(fn, device, reps, trials)
+        ms = sample_ms(fn, device, reps, trials)
         stats = {"min": min(ms), "max": max(ms), "mean": statistics.fmean(ms), "median": statistics.median(ms),
                  "std": statistics.pstdev(ms)}
         for stat in STATS:
@@ -130,9 +141,12 @@ def profile_shard(s: LayerShard, device: str, ew, reps: int, trials: int) -> dic
 
 def run_profile(models: Iterable, tps: Iterable[int], tokens: Iterable[int], out_dir: Path, gpu: str,
                 device: str = "cuda", reps: int = 20, trials: int = 7, deadline_s: float | None = None,
-                log: Callable[[str], None] = print) -> dict[str, object]:
+                log: Callable[[str], None] = print, attention_points=None) -> dict[str, object]:
     """Profile every (model, TP) that divides the model; write the files; return the metadata.
-    Stops cleanly (files complete up to the last finished (model, TP)) when ``deadline_s`` passes."""
+    Stops cleanly (files complete up to the last finished (model, TP)) when ``deadline_s`` passes.
+    ``attention_points``: None for :func:`.attention.points` of each shard, ``[]`` for no attention."""
+    from superinfer.bench.costmodel import attention
+
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError("device cuda: torch sees no CUDA device (use --device cpu to test the plumbing)")
     ew = kernels.elementwise_ops(device)
@@ -143,7 +157,8 @@ def run_profile(models: Iterable, tps: Iterable[int], tokens: Iterable[int], out
     for model in models:
         path = out_dir / "compute" / gpu / model.name / "mlp.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
-        rows = []
+        rows: list[dict[str, object]] = []
+        attn_rows: list[dict[str, object]] = []
         for tp in tps:
             if model.heads % tp or model.intermediate % tp:
                 continue
@@ -157,9 +172,18 @@ def run_profile(models: Iterable, tps: Iterable[int], tokens: Iterable[int], out
                 if device.startswith("cuda"):
                     torch.cuda.empty_cache()
             _write(path, rows)
-            done.append({"model": model.name, "tp": tp, "rows": len(tokens), "seconds": round(time.monotonic() - t0, 1)})
+            n_attn = 0
+            if attention_points != []:
+                shard = shard_of_model(model, tp, 1)
+                new = attention.profile_attention(shard, device, max(1, reps // 2), max(1, trials - 2), attention_points)
+                attn_rows += new
+                n_attn = len(new)
+                attention.write(path.with_name("attention.csv"), attn_rows)
+            done.append({"model": model.name, "tp": tp, "rows": len(tokens), "attention_rows": n_attn,
+                         "seconds": round(time.monotonic() - t0, 1)})
             log(f"{model.name} tp{tp}: {len(tokens)} token counts in {time.monotonic() - t0:.1f} s -> {path}")
     meta["profiled"] = done
+    meta["graph_fallbacks"] = GRAPH_FALLBACKS[:20]
     (out_dir / "compute" / gpu / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return meta
 
@@ -196,8 +220,8 @@ def peaks(device: str) -> dict[str, float]:
     b = torch.empty_like(a)
     x = torch.randn(8192, 8192, device=device, dtype=DTYPE)
     y = torch.randn(8192, 8192, device=device, dtype=DTYPE)
-    copy = _sample_ms(lambda: b.copy_(a), device, reps=5, trials=10)
-    gemm = _sample_ms(lambda: torch.matmul(x, y), device, reps=5, trials=10)
+    copy = sample_ms(lambda: b.copy_(a), device, reps=5, trials=10)
+    gemm = sample_ms(lambda: torch.matmul(x, y), device, reps=5, trials=10)
     return {"copy_bytes_per_s": round(2 * a.numel() / (statistics.median(copy) / 1e3)),
             "gemm_8192_flops": round(2 * 8192**3 / (statistics.median(gemm) / 1e3))}
 
