@@ -86,7 +86,8 @@ def test_the_fused_triton_kernels_compute_what_the_torch_reference_does():
 
 def test_opprofile_on_the_cpu_writes_rows_in_the_shipped_profiles_format(tmp_path):
     res = CliRunner().invoke(main, ["bench", "opprofile", "--out", str(tmp_path), "--device", "cpu", "--gpu", "cpu",
-                                    "--models", "llama-3-8b", "--tp", "8,3", "--tokens", "2,1", "--trials", "2"])
+                                    "--models", "llama-3-8b", "--tp", "8,3", "--tokens", "2,1", "--trials", "2",
+                                    "--attention-points", "decode:2:64,prefill:1:32"])
     assert res.exit_code == 0, res.output
     path = tmp_path / "compute" / "cpu" / "llama-3-8b" / "mlp.csv"
     rows = list(csv.DictReader(path.open()))
@@ -97,7 +98,11 @@ def test_opprofile_on_the_cpu_writes_rows_in_the_shipped_profiles_format(tmp_pat
         assert float(r[column("attn_pre_proj", "min")]) <= float(r[column("attn_pre_proj", "max")])
     meta = json.loads((tmp_path / "compute" / "cpu" / "meta.json").read_text())
     assert meta["elementwise_impl"] == "torch" and meta["profiled"] == [
-        {"model": "llama-3-8b", "tp": 8, "rows": 2, "seconds": meta["profiled"][0]["seconds"]}]
+        {"model": "llama-3-8b", "tp": 8, "rows": 2, "attention_rows": 2, "seconds": meta["profiled"][0]["seconds"]}]
+    attn = list(csv.DictReader((path.parent / "attention.csv").open()))
+    assert [(r["phase"], r["batch_size"], r["kv_len"], r["num_tensor_parallel_workers"]) for r in attn] == [
+        ("decode", "2", "64", "8"), ("prefill", "1", "32", "8")]
+    assert all(float(r[column("attention")]) > 0 for r in attn)
 
 
 def test_opprofile_refuses_bad_options_with_the_option_named(tmp_path):
@@ -105,3 +110,6 @@ def test_opprofile_refuses_bad_options_with_the_option_named(tmp_path):
     assert res.exit_code == 2 and "--tokens" in res.output
     res = CliRunner().invoke(main, ["bench", "opprofile", "--out", str(tmp_path), "--device", "cpu", "--models", "gpt-9"])
     assert res.exit_code == 2 and "unknown model 'gpt-9'" in res.output
+    res = CliRunner().invoke(main, ["bench", "opprofile", "--out", str(tmp_path), "--device", "cpu",
+                                    "--attention-points", "decode:2"])
+    assert res.exit_code == 2 and "phase:batch:kv_len" in res.output
