@@ -7,6 +7,8 @@ compares them with the roofline):
   ``t = fixed + ((F / (peak · eff_flops))^q + (B / (hbm_bw · eff_bw))^q)^(1/q)``, ``F`` its FLOPs, ``B``
   the bytes it moves (weights and activations, :meth:`LayerShard.bytes_moved`), ``q`` the sharpness.
 * **Elementwise** (norms, RoPE, activation, adds, embedding): ``t = fixed + B / (hbm_bw · eff_bw)``.
+* **Attention** (where measured): ``t = fixed + max(F / (peak · eff_flops), B / (hbm_bw · eff_bw))``
+  per layer call, ``F`` and ``B`` from :func:`~superinfer.sim.layerops.attention_work`.
 * **All-reduce**, per (fabric, ranks): ``t = latency + S / bw``.
 * **CPU overhead**, per (GPU, TP): ``t = base + per_seq · batch``.
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -64,6 +66,19 @@ class GpuTerms:
 
 
 @dataclass(frozen=True)
+class AttentionTerms:
+    """One GPU's fitted attention (shares of the same datasheet peaks as its :class:`GpuTerms`)."""
+
+    eff_flops: float
+    eff_bw: float
+    fixed_s: float
+    rows: int
+
+    def attention_s(self, flops: float, nbytes: float, peak_flops: float, hbm_bw: float) -> float:
+        return self.fixed_s + max(flops / (peak_flops * self.eff_flops), nbytes / (hbm_bw * self.eff_bw))
+
+
+@dataclass(frozen=True)
 class LinkTerms:
     latency_s: float
     bw: float  # bytes/s
@@ -92,6 +107,7 @@ class Terms:
     cpu: dict[str, CpuTerms]                  # by "<gpu folder>/tp<tp>"
     files: list[str]
     date: str = ""
+    attention: dict[str, AttentionTerms] = field(default_factory=dict)  # by GPU folder, where measured
 
 
 # ---- the terms file ------------------------------------------------------------------------------
@@ -99,7 +115,8 @@ def to_json_dict(terms: Terms) -> dict[str, Any]:
     return {"format": TERMS_FORMAT, "date": terms.date, "files": terms.files,
             "gpus": {k: asdict(v) for k, v in terms.gpus.items()},
             "all_reduce": {k: asdict(v) for k, v in terms.all_reduce.items()},
-            "cpu": {k: asdict(v) for k, v in terms.cpu.items()}}
+            "cpu": {k: asdict(v) for k, v in terms.cpu.items()},
+            "attention": {k: asdict(v) for k, v in terms.attention.items()}}
 
 
 def _build(cls, obj: Any, where: str):
@@ -123,17 +140,19 @@ def _build(cls, obj: Any, where: str):
 def from_json_dict(obj: Any, path: str = "<terms>") -> Terms:
     if not isinstance(obj, dict) or obj.get("format") != TERMS_FORMAT:
         raise ValueError(f"{path}: not a GPU terms file (expected \"format\": \"{TERMS_FORMAT}\")")
-    extra = sorted(set(obj) - {"format", "date", "files", "gpus", "all_reduce", "cpu"})
+    extra = sorted(set(obj) - {"format", "date", "files", "gpus", "all_reduce", "cpu", "attention"})
     if extra:
         raise ValueError(f"{path}: unknown key(s) {', '.join(extra)}")
-    sections = {name: obj.get(name, {}) for name in ("gpus", "all_reduce", "cpu")}
+    sections = {name: obj.get(name, {}) for name in ("gpus", "all_reduce", "cpu", "attention")}
     for name, sec in sections.items():
         if not isinstance(sec, dict):
             raise ValueError(f"{path}: {name}: expected an object")
     return Terms(gpus={k: _build(GpuTerms, v, f"{path}: gpus.{k}") for k, v in sections["gpus"].items()},
                  all_reduce={k: _build(LinkTerms, v, f"{path}: all_reduce.{k}") for k, v in sections["all_reduce"].items()},
                  cpu={k: _build(CpuTerms, v, f"{path}: cpu.{k}") for k, v in sections["cpu"].items()},
-                 files=list(obj.get("files", [])), date=str(obj.get("date", "")))
+                 files=list(obj.get("files", [])), date=str(obj.get("date", "")),
+                 attention={k: _build(AttentionTerms, v, f"{path}: attention.{k}")
+                            for k, v in sections["attention"].items()})
 
 
 def save(terms: Terms, path: str | os.PathLike[str]) -> None:

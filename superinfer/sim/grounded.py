@@ -10,8 +10,9 @@ grounded one adds up what the engine runs, one operator after another:
   engine for every ``T`` up to the largest seen, so the hot path is one array lookup.
 * ``lm_head(S)``: the vocabulary GEMM for the ``S`` sampled rows (decodes, plus one per iteration with
   prefill: a lower bound, as in :mod:`superinfer.sim.parallel`).
-* ``attention``: not in any measured profile; priced as a roofline of its FLOPs and KV bytes at the
-  fitted GEMM efficiencies (an assumption, stated in ``docs/costmodel.md``).
+* ``attention``: a roofline of its FLOPs and KV bytes with the measured part's fitted attention terms
+  (measured on the lent H200 only: decode and causal prefill through SDPA) plus their fixed cost per
+  layer; for a part without attention measurements, at its fitted GEMM efficiencies (an assumption).
 * ``cpu(B)``: the fitted CPU line for the TP degree (``base + per_seq · B``, ``B`` the sequences in the
   batch); measured on the engine Vidur profiled (Sarathi-Serve on an A100 host), not on vLLM.
 
@@ -81,6 +82,7 @@ class GroundedPricer:
             raise ValueError(f"{model.name}: grounded GPU costs have no expert (MoE) GEMM profiles; "
                              "use --gpu-costs datasheet")
         self.gpu = terms_for(hardware, terms)
+        self.attn = terms.attention.get(MEASURED_PART[hardware.name])
         self.cpu = cpu_for(terms, tp)
         self.overhead_s = overhead_s if self.cpu is None else None
         s1 = shard_of_model(model, tp, 1)
@@ -123,7 +125,11 @@ class GroundedPricer:
         emb = g.elementwise_s(self._emb_a * tokens)
         attn_flops = self._attn_flops_per_pair * (prefill_attn_pairs + decode_kv_tokens)
         kv_bytes = self._kv_bytes_per_token * (decode_kv_tokens + prefill_ctx_tokens + tokens)
-        attention = max(attn_flops / (g.peak_flops * g.gemm_eff_flops), kv_bytes / (g.hbm_bw * g.gemm_eff_bw))
+        if self.attn is not None:
+            attention = (self.attn.attention_s(attn_flops, kv_bytes, g.peak_flops, g.hbm_bw)
+                         + (self.layers - 1) * self.attn.fixed_s)
+        else:
+            attention = max(attn_flops / (g.peak_flops * g.gemm_eff_flops), kv_bytes / (g.hbm_bw * g.gemm_eff_bw))
         batch = decode_seqs + (1 if prefill_tokens > 0 else 0)
         cpu = self.overhead_s if self.cpu is None else self.cpu.overhead_s(batch)
         return self._layer_s(tokens) + float(lm_head) + float(emb) + attention + cpu

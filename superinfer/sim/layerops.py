@@ -142,3 +142,20 @@ def shard_of_model(model, tp: int, tokens: int) -> LayerShard:
         raise ValueError(f"{model.name}: heads x head_dim != hidden; the profile format cannot express it")
     return LayerShard(n_head=model.heads, n_kv_head=model.kv_heads, n_embd=model.hidden,
                       n_expanded_embd=model.intermediate, vocab_size=model.vocab, gated=True, tp=tp, tokens=tokens)
+
+
+def attention_work(shard: LayerShard, phase: str, batch: int, kv_len: int) -> tuple[float, float]:
+    """(FLOPs, bytes) of one layer's attention on ``shard``: ``decode``, ``batch`` one-token queries over
+    ``kv_len`` cached tokens each; ``prefill``, ``batch`` causal sequences of ``kv_len`` tokens. FLOPs are
+    QK^T and PV (4 per query-key pair and head dimension, causal pairs only); bytes are K and V read once
+    plus the queries read and the output written."""
+    hd = shard.head_dim
+    if phase == "decode":
+        pairs, queries = batch * kv_len, batch
+    elif phase == "prefill":
+        pairs, queries = batch * kv_len * (kv_len + 1) // 2, batch * kv_len
+    else:
+        raise ValueError(f"phase: expected decode or prefill, got {phase!r}")
+    flops = 4.0 * pairs * shard.heads * hd
+    nbytes = (2.0 * batch * kv_len * shard.kv_heads * hd + 2.0 * queries * shard.heads * hd) * ELEM_BYTES
+    return flops, nbytes

@@ -54,6 +54,7 @@ def test_every_shipped_row_is_read(shipped):
     assert len(shipped.compute) == 1824 + 261 + 1044 + 1044 + 3 * 92
     assert len(shipped.all_reduce) == 4496 + 2982 + 1988 and len(shipped.cpu) == 78
     assert {r.gpu for r in shipped.compute} == {"a100", "h100", "h200"}
+    assert len(shipped.attention) == 3 * 4 * 25 and {a.phase for a in shipped.attention} == {"decode", "prefill"}
 
 
 def test_a_bad_number_is_named_by_file_line_and_column(tmp_path):
@@ -74,9 +75,9 @@ def test_an_unknown_file_or_a_missing_column_is_refused_and_the_cli_exits_2(tmp_
     with pytest.raises(ProfileError, match=r"all_reduce.csv:1: missing column\(s\) size"):
         read_profiles(root)
     (tmp_path / "other").mkdir()
-    (tmp_path / "other" / "attention.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "other" / "latency.csv").write_text("a,b\n1,2\n")
     res = CliRunner().invoke(main, ["bench", "costmodel", "--profiles", str(tmp_path / "other")])
-    assert res.exit_code == 2 and "attention.csv: unknown profile file" in res.output
+    assert res.exit_code == 2 and "latency.csv: unknown profile file" in res.output
 
 
 def test_a_gpu_folder_without_a_hardware_profile_asks_for_hardware(tmp_path):
@@ -134,6 +135,16 @@ def test_fitted_efficiencies_are_physical_shares_of_the_datasheet(shipped):
     for tp in (1, 2, 4, 8):
         errs = [g["median_ape_pct"] for g in by_tp if g["tp"] == tp]
         assert np.median(errs) <= 12, (tp, errs)
+
+
+def test_measured_attention_is_fitted_and_decode_reads_kv_near_the_hbm_peak(shipped):
+    """Decode attention is a read of the KV cache: the fit's bandwidth share sits near 1 (it would double
+    with KV counted in elements, or fall by the TP degree with KV heads counted whole)."""
+    att = fitted(shipped).attention["h200"]
+    assert 0.8 <= att.eff_bw <= 1.05 and 0.3 <= att.eff_flops <= 0.9 and att.fixed_s < 20e-6
+    report = score(Profiles([], [], [], [], shipped.attention), terms=fitted(shipped))["attention"]
+    decode = next(g for g in report["by_phase"] if g["phase"] == "decode")
+    assert decode["median_ape_pct"] <= 8 and decode["p90_ape_pct"] <= 30
 
 
 def test_times_in_seconds_instead_of_milliseconds_are_caught_by_the_fit(shipped):

@@ -88,3 +88,12 @@ def test_bench_sim_prices_with_the_grounded_terms_when_asked(tmp_path):
     assert runs["datasheet"]["ttft_p50_s"] != runs["grounded"]["ttft_p50_s"]
     res = CliRunner().invoke(main, args + ["--gpu-costs", "grounded", "--calibration", CPU_CALIBRATION])
     assert res.exit_code == 2 and "exclude each other" in res.output
+
+
+def test_long_context_decode_pays_for_reading_its_kv_at_the_measured_attention_bandwidth():
+    """On the H200 (attention measured) 64 sequences at 16k context read 64 x 16384 x 256 KiB of KV."""
+    cm = grounded()
+    short, long = cm.iteration_s(0, 0, 64, 64 * 1024), cm.iteration_s(0, 0, 64, 64 * 16384)
+    kv_bytes = 64 * (16384 - 1024) * get_model("qwen2.5-32b").kv_bytes_per_token
+    att = shipped_terms().attention["h200"]
+    assert long - short == pytest.approx(kv_bytes / (4.8e12 * att.eff_bw), rel=0.02)

@@ -92,6 +92,13 @@ def _print_report(report: dict) -> None:
                        f"{g['rows']:>5}         {g['median_ape_pct']:>6}{g['p90_ape_pct']:>7}{g['bias_pct']:>+8}"
                        f"         {g['layer_median_ape_pct']:>6}{g['layer_p90_ape_pct']:>7}"
                        f"{g['elementwise_share_pct']:>7}")
+    at = report.get("attention", {})
+    if at.get("rows"):
+        click.echo(f"attention: {at['rows']} rows, median error {at['median_ape_pct']} %, P90 {at['p90_ape_pct']} %, "
+                   f"bias {at['bias_pct']:+} %")
+        for g in at["by_phase"]:
+            click.echo(f"  {g['gpu']:<6}{g['phase']:<9}{g['rows']:>5}{g['median_ape_pct']:>9}{g['p90_ape_pct']:>8}"
+                       f"{g['bias_pct']:>+8}")
     a = report["all_reduce"]
     if a.get("rows"):
         parts = [f"{k.replace('_', ' ')}: median {a[k]['median_ape_pct']} %" for k in ("below_1MiB", "from_1MiB") if k in a]
@@ -170,6 +177,9 @@ def calibrate_from_profiles(profiles_dir: Path, output: Path, hardware: str | No
                    f"{g.gemm_eff_bw:.0%} of HBM bandwidth, {g.gemm_fixed_s * 1e6:.1f} us fixed, sharpness "
                    f"{g.gemm_sharpness}; elementwise {g.elementwise_eff_bw:.0%} of HBM bandwidth, "
                    f"{g.elementwise_fixed_s * 1e6:.1f} us fixed")
+    for name, at in terms.attention.items():
+        click.echo(f"{name} attention ({at.rows} rows): {at.eff_flops:.0%} of peak FLOP/s, {at.eff_bw:.0%} of HBM "
+                   f"bandwidth, {at.fixed_s * 1e6:.1f} us fixed")
     for key, link in terms.all_reduce.items():
         click.echo(f"all-reduce {key}: {link.latency_s * 1e6:.1f} us + size / {link.bw / 1e9:.0f} GB/s")
     for key, cpu in terms.cpu.items():

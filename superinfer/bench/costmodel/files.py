@@ -2,8 +2,10 @@
 
 A profile folder holds, at any depth:
 
-* ``compute/<gpu>/<model>/mlp.csv``: one layer's operators on one TP shard (:mod:`.ops` says what the
-  columns mean), milliseconds;
+* ``compute/<gpu>/<model>/mlp.csv``: one layer's operators on one TP shard
+  (:mod:`superinfer.sim.layerops` says what the columns mean), milliseconds;
+* ``compute/<gpu>/<model>/attention.csv``: one layer's attention on one TP shard, decode or prefill
+  (``superinfer.bench.costmodel.attention`` writes them), milliseconds;
 * ``network/<fabric>/all_reduce.csv``: one all-reduce of ``size`` bytes over ``num_workers`` ranks, ms;
 * ``cpu/<gpu>/cpu_overheads.csv``: an engine's per-iteration CPU work by batch size and TP degree, ms.
 
@@ -16,12 +18,12 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from superinfer.sim.layerops import GEMMS, OPS, SHAPE_COLUMNS, LayerShard, column
 
-KNOWN = ("mlp.csv", "all_reduce.csv", "cpu_overheads.csv")
+KNOWN = ("mlp.csv", "attention.csv", "all_reduce.csv", "cpu_overheads.csv")
 SKIPPED_NAMES = ("meta.json",)
 CPU_PARTS = ("schedule", "prepare_inputs_e2e", "sampler_e2e", "process_model_outputs")
 
@@ -37,6 +39,18 @@ class ComputeRow:
     shard: LayerShard
     ms: dict[str, float]  # median milliseconds per operator (0 for one the model does not have)
     where: str            # file:line
+
+
+@dataclass(frozen=True)
+class AttentionRow:
+    gpu: str
+    model: str
+    shard: LayerShard  # tokens=1: the shape and TP degree
+    phase: str         # decode | prefill
+    batch: int
+    kv_len: int
+    ms: float
+    where: str
 
 
 @dataclass(frozen=True)
@@ -65,6 +79,7 @@ class Profiles:
     all_reduce: list[AllReduceRow]
     cpu: list[CpuRow]
     files: list[str]
+    attention: list[AttentionRow] = field(default_factory=list)
 
 
 def _number(rec: dict[str, str], key: str, where: str, *, integer: bool = False) -> float:
@@ -118,6 +133,25 @@ def read_compute(path: Path, gpu: str) -> list[ComputeRow]:
     return out
 
 
+ATTENTION_SHAPE = ("n_head", "n_kv_head", "n_embd", "num_tensor_parallel_workers", "batch_size", "kv_len")
+
+
+def read_attention(path: Path, gpu: str) -> list[AttentionRow]:
+    out = []
+    for where, rec in _rows(path, ["phase", column("attention"), *ATTENTION_SHAPE]):
+        if rec["phase"] not in ("decode", "prefill"):
+            raise ProfileError(f"{where}: column 'phase': expected decode or prefill, got {rec['phase']!r}")
+        v = {k: _number(rec, k, where, integer=True) for k in ATTENTION_SHAPE}
+        try:
+            shard = LayerShard(n_head=v["n_head"], n_kv_head=v["n_kv_head"], n_embd=v["n_embd"], n_expanded_embd=1,
+                               vocab_size=1, gated=True, tp=v["num_tensor_parallel_workers"], tokens=1)
+        except ValueError as exc:
+            raise ProfileError(f"{where}: {exc}") from None
+        out.append(AttentionRow(gpu, path.parent.name, shard, rec["phase"], v["batch_size"], v["kv_len"],
+                                _number(rec, column("attention"), where), where))
+    return out
+
+
 def read_all_reduce(path: Path) -> list[AllReduceRow]:
     fabric = path.parent.name
     out = []
@@ -155,6 +189,8 @@ def read_profiles(root: Path) -> Profiles:
                                f"{', '.join(SKIPPED_NAMES)}, README and LICENSE files are skipped)")
         if name == "mlp.csv":
             prof.compute += read_compute(path, path.parent.parent.name)
+        elif name == "attention.csv":
+            prof.attention += read_attention(path, path.parent.parent.name)
         elif name == "all_reduce.csv":
             prof.all_reduce += read_all_reduce(path)
         else:

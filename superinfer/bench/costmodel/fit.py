@@ -16,9 +16,9 @@ from datetime import datetime, timezone
 import numpy as np
 from scipy.optimize import least_squares
 
-from superinfer.bench.costmodel.files import AllReduceRow, ComputeRow, CpuRow, ProfileError, Profiles
-from superinfer.sim.gputerms import CpuTerms, GpuTerms, LinkTerms, Terms, load, save, to_json_dict
-from superinfer.sim.layerops import ELEMENTWISE, GEMMS
+from superinfer.bench.costmodel.files import AllReduceRow, AttentionRow, ComputeRow, CpuRow, ProfileError, Profiles
+from superinfer.sim.gputerms import AttentionTerms, CpuTerms, GpuTerms, LinkTerms, Terms, load, save, to_json_dict
+from superinfer.sim.layerops import ELEMENTWISE, GEMMS, attention_work
 
 US = 1e-6
 __all__ = ["fit", "fit_gpu", "fit_links", "fit_cpu", "load", "save", "to_json_dict", "Terms"]
@@ -65,6 +65,19 @@ def _plausible(name: str, shares: dict[str, float]) -> None:
                            f"{PLAUSIBLE[1]}); are the times in milliseconds and the GPU folder the right part?")
 
 
+def fit_attention(rows: list[AttentionRow], hardware) -> AttentionTerms:
+    """Fit one GPU's attention: a roofline of its FLOPs and bytes with a fixed cost per call."""
+    work = np.array([attention_work(r.shard, r.phase, r.batch, r.kv_len) for r in rows], dtype=float)
+    t = np.array([r.ms / 1e3 for r in rows])
+    if len(rows) < 4 or (t <= 0).any():
+        raise ProfileError(f"{hardware.name}: too few attention rows with positive times to fit ({len(rows)})")
+    peak, bw = hardware.peak_bf16_flops, hardware.hbm_bw
+    p = _log_fit(lambda p: p[2] * US + np.maximum(work[:, 0] / (peak * p[0]), work[:, 1] / (bw * p[1])),
+                 [0.6, 0.8, 5.0], [0.05, 0.05, 0.0], [1.5, 1.5, 200.0], t)
+    _plausible(f"{hardware.name} attention", {"FLOP/s": p[0], "bandwidth": p[1]})
+    return AttentionTerms(round(float(p[0]), 4), round(float(p[1]), 4), float(p[2]) * US, len(rows))
+
+
 def fit_links(rows: list[AllReduceRow]) -> dict[str, LinkTerms]:
     groups: dict[str, list[AllReduceRow]] = defaultdict(list)
     for r in rows:
@@ -99,6 +112,10 @@ def fit(profiles: Profiles, hardware_for) -> Terms:
     by_gpu: dict[str, list[ComputeRow]] = defaultdict(list)
     for r in profiles.compute:
         by_gpu[r.gpu].append(r)
+    by_gpu_attn: dict[str, list[AttentionRow]] = defaultdict(list)
+    for a in profiles.attention:
+        by_gpu_attn[a.gpu].append(a)
     return Terms(gpus={g: fit_gpu(rows, hardware_for(g)) for g, rows in sorted(by_gpu.items())},
                  all_reduce=fit_links(profiles.all_reduce), cpu=fit_cpu(profiles.cpu), files=list(profiles.files),
-                 date=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                 date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                 attention={g: fit_attention(rows, hardware_for(g)) for g, rows in sorted(by_gpu_attn.items())})

@@ -9,6 +9,8 @@ What the twin predicts for each kind of row:
   elementwise operators' share of the layer is reported beside it (``elementwise_share_pct``) and the
   whole layer's error as ``layer_median_ape_pct``.
 * **all-reduce**: :func:`superinfer.sim.fabric.allreduce_s` on the link the fabric gives that many ranks.
+* **attention** (where measured): a roofline of its FLOPs and bytes at ``mfu``/``mbu`` (the twin has no
+  separate attention term; this is its share of the iteration roofline).
 * **cpu**: the profile's constant per-iteration ``overhead_s``.
 
 With a terms file (:mod:`.fit`) the fitted terms are scored instead, every operator included.
@@ -25,8 +27,8 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from superinfer.bench.costmodel.files import AllReduceRow, ComputeRow, CpuRow, ProfileError, Profiles
-from superinfer.sim.layerops import ELEMENTWISE, GEMMS
+from superinfer.bench.costmodel.files import AllReduceRow, AttentionRow, ComputeRow, CpuRow, ProfileError, Profiles
+from superinfer.sim.layerops import ELEMENTWISE, GEMMS, attention_work
 from superinfer.sim.fabric import allreduce_s, get_fabric
 from superinfer.sim.hardware import HardwareProfile, get_hardware, hardware_names
 
@@ -133,6 +135,36 @@ def score_compute(rows: list[ComputeRow], hardware: str | None = None, terms=Non
             "groups": _grouped(items, ("gpu", "hardware", "model", "tp", "tokens"), extra)}
 
 
+def attention_pred_s(r: AttentionRow, hardware: str | None, terms) -> tuple[str, float]:
+    """(hardware profile, predicted seconds) of one attention row: the datasheet roofline at mfu/mbu, the
+    fitted attention terms, or (terms without attention for this GPU) the grounded twin's assumption,
+    the roofline at the fitted GEMM efficiencies."""
+    flops, nbytes = attention_work(r.shard, r.phase, r.batch, r.kv_len)
+    if terms is None:
+        hw = hardware_for(r.gpu, hardware)
+        return hw.name, max(flops / (hw.peak_bf16_flops * hw.mfu), nbytes / (hw.hbm_bw * hw.mbu))
+    gpu = _terms_for(terms, r.gpu, "gpus", r.where)
+    if r.gpu in terms.attention:
+        return gpu.hardware, terms.attention[r.gpu].attention_s(flops, nbytes, gpu.peak_flops, gpu.hbm_bw)
+    return gpu.hardware, max(flops / (gpu.peak_flops * gpu.gemm_eff_flops), nbytes / (gpu.hbm_bw * gpu.gemm_eff_bw))
+
+
+def score_attention(rows: list[AttentionRow], hardware: str | None = None, terms=None) -> dict:
+    if not rows:
+        return {"rows": 0}
+    items = []
+    for r in rows:
+        if r.ms <= 0:
+            raise ProfileError(f"{r.where}: attention time is 0 ms")
+        hw_name, pred = attention_pred_s(r, hardware, terms)
+        items.append(((r.gpu, hw_name, r.model, r.shard.tp, r.phase), pred, r.ms / 1e3, {}))
+    pred = np.array([i[1] for i in items])
+    meas = np.array([i[2] for i in items])
+    by_phase = _grouped([((i[0][0], i[0][4]), i[1], i[2], {}) for i in items], ("gpu", "phase"))
+    return {**_summary(pred, meas), "by_phase": by_phase,
+            "groups": _grouped(items, ("gpu", "hardware", "model", "tp", "phase"))}
+
+
 def score_all_reduce(rows: list[AllReduceRow], terms=None) -> dict:
     if not rows:
         return {"rows": 0}
@@ -179,5 +211,6 @@ def score(profiles: Profiles, hardware: str | None = None, terms=None) -> dict:
     :class:`~.fit.Terms`) scores fitted terms instead of the twin's built-in profiles."""
     return {"model": "built-in" if terms is None else "fitted terms",
             "compute": score_compute(profiles.compute, hardware, terms),
+            "attention": score_attention(profiles.attention, hardware, terms),
             "all_reduce": score_all_reduce(profiles.all_reduce, terms),
             "cpu": score_cpu(profiles.cpu, hardware, terms), "files": profiles.files}
