@@ -14,7 +14,7 @@ from superinfer.core import Params, TenantTable
 from superinfer.sim import calibration as calib
 from superinfer.sim.costmodel import CostModel
 from superinfer.sim.engine import SimConfig, Simulator
-from superinfer.sim.grounded import shipped_terms
+from superinfer.sim.grounded import GPU_COSTS, shipped_terms
 from superinfer.sim.hardware import get_hardware
 from superinfer.sim.metrics import run_metrics
 from superinfer.sim.models import get_model
@@ -46,22 +46,20 @@ class RunSpec:
     drain_s: float = 300.0
     sjf_noise: float = 0.0
     calibration: str | None = None
-    gpu_costs: str = "datasheet"  # or "grounded": GPU terms fitted to measured operator times
+    gpu_costs: str = "datasheet"  # superinfer.sim.grounded.GPU_COSTS
     skip_bad: bool = False
     variant: str = ""
-
-
-GPU_COSTS = ("datasheet", "grounded")
 
 
 def cost_model(spec: RunSpec) -> CostModel:
     cal = calib.load(spec.calibration) if spec.calibration else None
     if spec.gpu_costs not in GPU_COSTS:
         raise ValueError(f"gpu_costs: expected one of {', '.join(GPU_COSTS)}, got {spec.gpu_costs!r}")
-    terms = shipped_terms() if spec.gpu_costs == "grounded" else None
+    terms = shipped_terms() if spec.gpu_costs != "datasheet" else None
     nooverlap = spec.policy == "lvf-nooverlap"
     return CostModel(get_model(spec.model), get_hardware(spec.hardware), spec.block_size, cal,
-                     overlap=not nooverlap, duplex=not nooverlap, gpu_terms=terms)
+                     overlap=not nooverlap, duplex=not nooverlap, gpu_terms=terms,
+                     cpu_line=spec.gpu_costs == "grounded")
 
 
 def run_one(spec: RunSpec) -> dict:

@@ -12,6 +12,7 @@ import click
 from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS, PARAM_DEFAULTS, Params, Tenant, TenantTable
 from superinfer.sim.bench import RunSpec, grid, run_grid
 from superinfer.sim.engine import SIM_POLICIES
+from superinfer.sim.grounded import GPU_COSTS
 from superinfer.sim.metrics import summarise
 from superinfer.sim.workload import WorkloadError
 
@@ -108,9 +109,10 @@ def _knob_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--drain", default=300.0, show_default=True, type=click.FloatRange(min=0), help="Seconds to drain after arrivals end.")
 @click.option("--sjf-noise", default=0.0, show_default=True, type=click.FloatRange(min=0), help="Log-normal sigma of sjf's predictions.")
 @click.option("--calibration", default=None, type=click.Path(exists=True, dir_okay=False), help="Measured calibration JSON.")
-@click.option("--gpu-costs", type=click.Choice(["datasheet", "grounded"]), default="datasheet", show_default=True,
-              help="GPU iteration costs: the datasheet roofline, or operator terms fitted to measured A100/H100/H200 "
-                   "profiles (docs/costmodel.md).")
+@click.option("--gpu-costs", type=click.Choice(GPU_COSTS), default="datasheet", show_default=True,
+              help="GPU iteration costs: the datasheet roofline; operator terms fitted to measured A100/H100/H200 "
+                   "profiles with the fitted CPU line (grounded) or with the constant overhead (grounded-gpu); "
+                   "docs/costmodel.md.")
 @click.option("--skip-bad", is_flag=True, help="Count and skip malformed trace lines instead of failing.")
 @click.option("--workers", default=None, type=click.IntRange(min=1), help="Processes (default: CPU count).")
 @click.option("--json", "json_path", default=None, help="Write the JSON here ('-' for stdout).")

@@ -81,7 +81,7 @@ class CostModel:
 
     def __init__(self, model: ModelProfile, hardware: HardwareProfile, block_size: int,
                  calibration: Calibration | None = None, *, overlap: bool = True, duplex: bool = True,
-                 gpu_terms: Terms | None = None) -> None:
+                 gpu_terms: Terms | None = None, cpu_line: bool = True) -> None:
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
             raise ValueError(f"block_size: expected an integer > 0, got {block_size!r}")
         if calibration is not None and gpu_terms is not None:
@@ -120,7 +120,7 @@ class CostModel:
             dup = t.duplex_factor if t.duplex_factor is not None else dup
         else:
             self._fit = None
-        self._grounded = (GroundedPricer(model, 1, hardware, gpu_terms, self.overhead_s)
+        self._grounded = (GroundedPricer(model, 1, hardware, gpu_terms, self.overhead_s, cpu_line)
                           if gpu_terms is not None else None)
         self.h2d_bw, self.d2h_bw, self.duplex_factor = h2d, d2h, dup
         self._h2d_s_per_block = self.block_bytes / h2d

@@ -14,7 +14,9 @@ grounded one adds up what the engine runs, one operator after another:
   (measured on the lent H200 only: decode and causal prefill through SDPA) plus their fixed cost per
   layer; for a part without attention measurements, at its fitted GEMM efficiencies (an assumption).
 * ``cpu(B)``: the fitted CPU line for the TP degree (``base + per_seq · B``, ``B`` the sequences in the
-  batch); measured on the engine Vidur profiled (Sarathi-Serve on an A100 host), not on vLLM.
+  batch); measured on the engine Vidur profiled (Sarathi-Serve on an A100 host), not on vLLM. With
+  ``cpu_line=False`` (``--gpu-costs grounded-gpu``) the hardware profile's constant overhead instead, to
+  show what each part moves.
 
 Which measured part's efficiencies a hardware profile takes is :data:`MEASURED_PART`: each share of the
 datasheet peak is applied to that profile's own peaks. MoE models are refused (no expert GEMM profiles).
@@ -47,6 +49,10 @@ MEASURED_PART = {
     "h200-pcie": "h200",   # H200 NVL: same die, measured on the SXM part
     "gh200": "h200",       # GH200's GPU is the same Hopper die with HBM3e: measured on the H200 SXM
 }
+#: how the twin prices GPU iterations: the datasheet roofline; fitted GPU terms with the fitted CPU line;
+#: fitted GPU terms with the hardware profile's constant overhead
+GPU_COSTS = ("datasheet", "grounded", "grounded-gpu")
+
 #: the CPU line used for every GPU (the only CPU profile measured)
 CPU_SOURCE = "a100"
 
@@ -77,14 +83,14 @@ class GroundedPricer:
     """Iteration compute time of ``model`` on one of ``tp`` ranks of ``hardware`` (see the module docstring)."""
 
     def __init__(self, model: ModelProfile, tp: int, hardware: HardwareProfile, terms: Terms,
-                 overhead_s: float) -> None:
+                 overhead_s: float, cpu_line: bool = True) -> None:
         if model.experts > 1:
             raise ValueError(f"{model.name}: grounded GPU costs have no expert (MoE) GEMM profiles; "
                              "use --gpu-costs datasheet")
         self.gpu = terms_for(hardware, terms)
         self.attn = terms.attention.get(MEASURED_PART[hardware.name])
-        self.cpu = cpu_for(terms, tp)
-        self.overhead_s = overhead_s if self.cpu is None else None
+        self.cpu = cpu_for(terms, tp) if cpu_line else None
+        self.overhead_s = overhead_s
         s1 = shard_of_model(model, tp, 1)
         self.layers = model.layers
         self._gemm_nk = np.array([s1.gemm(op)[1:] for op in GEMMS], dtype=float)

@@ -93,7 +93,7 @@ class ParallelCostModel(CostModel):
 
     def __init__(self, model: ModelProfile, hardware: HardwareProfile, block_size: int, layout: Layout,
                  fabric: Fabric | None = None, *, overlap: bool = True, duplex: bool = True,
-                 gpu_terms: Terms | None = None) -> None:
+                 gpu_terms: Terms | None = None, cpu_line: bool = True) -> None:
         problems = layout_problems(layout.tp, layout.pp, heads=model.heads, kv_heads=model.kv_heads,
                                    layers=model.layers, intermediate=model.intermediate)
         if problems:
@@ -101,7 +101,7 @@ class ParallelCostModel(CostModel):
         shard = rank_shard(model, layout.tp)
         super().__init__(shard, hardware, block_size, None, overlap=overlap, duplex=duplex)
         if gpu_terms is not None:  # one rank's shard of the full model, TP-aware
-            self._grounded = GroundedPricer(model, layout.tp, hardware, gpu_terms, self.overhead_s)
+            self._grounded = GroundedPricer(model, layout.tp, hardware, gpu_terms, self.overhead_s, cpu_line)
         self.full_model = model
         self.layout = layout
         self.fabric = fabric if fabric is not None else get_fabric(hardware.name)

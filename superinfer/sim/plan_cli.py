@@ -15,6 +15,7 @@ import click
 
 from superinfer.sim.engine import SIM_POLICIES
 from superinfer.sim.fleet import BALANCERS
+from superinfer.sim.grounded import GPU_COSTS
 from superinfer.sim.workload import WorkloadError
 
 
@@ -84,6 +85,9 @@ def table(result: dict) -> str:
 @click.option("--block-size", default=16, show_default=True, type=click.IntRange(min=1))
 @click.option("--drain", default=60.0, show_default=True, type=click.FloatRange(min=0), help="Seconds to drain after arrivals.")
 @click.option("--workers", default=None, type=click.IntRange(min=1), help="Processes (default: up to 2).")
+@click.option("--gpu-costs", type=click.Choice(GPU_COSTS), default="datasheet", show_default=True,
+              help="GPU iteration costs: datasheet roofline, or terms fitted to measured GPU profiles with the "
+                   "fitted CPU line (grounded) or the constant overhead (grounded-gpu).")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON result on stdout (table to stderr).")
 def plan(**o: object) -> None:
     """Search (TP, PP, replicas, policy) on the twin for the fewest GPUs meeting the SLO target at --rps."""
@@ -100,7 +104,8 @@ def plan(**o: object) -> None:
                         ttft_slo=float(o["ttft_slo"]), tbt_slo=float(o["tbt_slo"]),  # type: ignore[arg-type]
                         block_size=int(o["block_size"]), max_num_seqs=int(o["max_num_seqs"]),  # type: ignore[arg-type]
                         max_num_batched_tokens=int(o["max_num_batched_tokens"]), drain_s=float(o["drain"]),  # type: ignore[arg-type]
-                        tp_choices=_ints(str(o["tp"]), "--tp"), pp_choices=_ints(str(o["pp"]), "--pp"))
+                        tp_choices=_ints(str(o["tp"]), "--tp"), pp_choices=_ints(str(o["pp"]), "--pp"),
+                        gpu_costs=str(o["gpu_costs"]))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     t0 = time.monotonic()

@@ -8,7 +8,7 @@ cuDNN kernels on Hopper, grouped-query heads native) for the shard's query and K
 * ``prefill``: one causal sequence of ``kv_len`` tokens (queries = keys).
 
 vLLM reads the KV cache through block tables (paged); this reads contiguous KV, so it measures the
-same FLOPs and bytes without the page indirection. Timing as :func:`~.profile.sample_ms`. One row per
+same FLOPs and bytes without the page indirection. Timing as :func:`~.timing.sample_ms`. One row per
 point: the shape columns of :data:`COLUMNS` and ``time_stats.attention.<stat>`` in milliseconds.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from superinfer.bench.costmodel.profile import DTYPE, sample_ms
+from superinfer.bench.costmodel.timing import DTYPE, sample_ms
 from superinfer.sim.layerops import STATS, LayerShard, column
 
 COLUMNS = ("phase", "n_head", "n_kv_head", "n_embd", "num_tensor_parallel_workers", "batch_size", "kv_len")

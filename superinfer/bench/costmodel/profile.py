@@ -29,58 +29,11 @@ from pathlib import Path
 import torch
 
 from superinfer.bench.costmodel import kernels
+from superinfer.bench.costmodel.timing import DTYPE, GRAPH_FALLBACKS, sample_ms
 from superinfer.sim.layerops import STATS, LayerShard, column, header, shard_of_model
 
 DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
                   6144, 8192, 12288, 16384)
-DTYPE = torch.bfloat16
-#: operators whose launches could not be captured in a CUDA graph (timed back to back instead)
-GRAPH_FALLBACKS: list[str] = []
-
-
-def sample_ms(fn: Callable[[], None], device: str, reps: int, trials: int) -> list[float]:
-    """Per-call milliseconds, ``trials`` samples (see the module docstring)."""
-    fn()  # compile / allocate workspaces outside the graph
-    if not device.startswith("cuda"):
-        out = []
-        for _ in range(trials):
-            t0 = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - t0) * 1e3)
-        return out
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            for _ in range(reps):
-                fn()
-        run = graph.replay
-    except RuntimeError as exc:  # a kernel that cannot be captured: time back-to-back launches instead
-        GRAPH_FALLBACKS.append(f"{getattr(fn, '__name__', 'op')}: {str(exc).splitlines()[0][:200]}")
-        torch.cuda.synchronize()
-
-        def run() -> None:
-            for _ in range(reps):
-                fn()
-    run()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(trials):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        out.append(start.elapsed_time(end) / reps)
-    del graph
-    return out
-
-
 def operators(s: LayerShard, device: str, ew) -> dict[str, Callable[[], None]]:
     """One closure per operator over tensors shaped for ``s`` (allocated once, reused by every call)."""
     t, h, hd = s.tokens, s.n_embd, s.head_dim
