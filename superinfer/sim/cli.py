@@ -13,18 +13,9 @@ from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS, PARAM_DEFAULTS, Params
 from superinfer.sim.bench import RunSpec, grid, run_grid
 from superinfer.sim.engine import SIM_POLICIES
 from superinfer.sim.grounded import GPU_COSTS
+from superinfer.sim.options import positive_floats
 from superinfer.sim.metrics import summarise
 from superinfer.sim.workload import WorkloadError
-
-
-def _floats(value: str, name: str) -> list[float]:
-    try:
-        out = [float(x) for x in value.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated numbers, got {value!r}", param_hint=name) from None
-    if not out or any(x <= 0 for x in out):
-        raise click.BadParameter(f"expected positive numbers, got {value!r}", param_hint=name)
-    return out
 
 
 def _policies(value: str) -> list[str]:
@@ -127,7 +118,7 @@ def bench_sim(**o: object) -> None:
             raise click.BadParameter("'trace' (keep the trace's arrival times) needs --arrival trace", param_hint="--rps")
         rps: list[float | None] = [None]
     else:
-        rps = list(_floats(str(o["rps"]), "--rps"))
+        rps = list(positive_floats(str(o["rps"]), "--rps"))
     tenants, mix = _tenants(o["tenants"], float(o["ttft_slo"]), float(o["tbt_slo"]))  # type: ignore[arg-type]
     try:
         params = Params(**{k: float(o[k]) if k in _EXPLICIT_KNOBS else o[k] for k in PARAM_BOUNDS})  # type: ignore[arg-type]

@@ -16,17 +16,8 @@ import click
 from superinfer.sim.engine import SIM_POLICIES
 from superinfer.sim.fleet import BALANCERS
 from superinfer.sim.grounded import GPU_COSTS
+from superinfer.sim.options import positive_ints
 from superinfer.sim.workload import WorkloadError
-
-
-def _ints(value: str, name: str) -> tuple[int, ...]:
-    try:
-        out = tuple(int(x) for x in value.split(",") if x.strip())
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers, got {value!r}", param_hint=name) from None
-    if not out or any(x < 1 for x in out):
-        raise click.BadParameter(f"expected integers >= 1, got {value!r}", param_hint=name)
-    return out
 
 
 def _pct(x: float | None) -> str:
@@ -104,7 +95,8 @@ def plan(**o: object) -> None:
                         ttft_slo=float(o["ttft_slo"]), tbt_slo=float(o["tbt_slo"]),  # type: ignore[arg-type]
                         block_size=int(o["block_size"]), max_num_seqs=int(o["max_num_seqs"]),  # type: ignore[arg-type]
                         max_num_batched_tokens=int(o["max_num_batched_tokens"]), drain_s=float(o["drain"]),  # type: ignore[arg-type]
-                        tp_choices=_ints(str(o["tp"]), "--tp"), pp_choices=_ints(str(o["pp"]), "--pp"),
+                        tp_choices=tuple(positive_ints(str(o["tp"]), "--tp")),
+                        pp_choices=tuple(positive_ints(str(o["pp"]), "--pp")),
                         gpu_costs=str(o["gpu_costs"]))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

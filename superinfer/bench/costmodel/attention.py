@@ -14,14 +14,12 @@ point: the shape columns of :data:`COLUMNS` and ``time_stats.attention.<stat>`` 
 
 from __future__ import annotations
 
-import csv
-import statistics
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from superinfer.bench.costmodel.timing import DTYPE, sample_ms
+from superinfer.bench.costmodel.timing import DTYPE, sample_ms, stats_ms, write_csv
 from superinfer.sim.layerops import STATS, LayerShard, column
 
 COLUMNS = ("phase", "n_head", "n_kv_head", "n_embd", "num_tensor_parallel_workers", "batch_size", "kv_len")
@@ -61,21 +59,14 @@ def profile_attention(shard: LayerShard, device: str, reps: int, trials: int,
     """Time every point of one shard (default :func:`points`); one row each."""
     rows = []
     for phase, batch, kv_len in pts if pts is not None else points(shard):
-        ms = sample_ms(attention_fn(shard, phase, batch, kv_len, device), device, reps, trials)
-        stats = {"min": min(ms), "max": max(ms), "mean": statistics.fmean(ms), "median": statistics.median(ms),
-                 "std": statistics.pstdev(ms)}
+        stats = stats_ms(sample_ms(attention_fn(shard, phase, batch, kv_len, device), device, reps, trials))
         rows.append({"phase": phase, "n_head": shard.n_head, "n_kv_head": shard.n_kv_head, "n_embd": shard.n_embd,
                      "num_tensor_parallel_workers": shard.tp, "batch_size": batch, "kv_len": kv_len,
-                     **{column("attention", s): round(stats[s], 6) for s in STATS}})
+                     **{column("attention", s): v for s, v in stats.items()}})
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
     return rows
 
 
 def write(path: Path, rows: list[dict[str, object]]) -> None:
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=header())
-        w.writeheader()
-        w.writerows(rows)
-    tmp.replace(path)
+    write_csv(path, header(), rows)

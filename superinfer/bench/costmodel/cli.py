@@ -10,19 +10,10 @@ from pathlib import Path
 import click
 
 from superinfer.sim.models import get_model, model_names
+from superinfer.sim.options import positive_ints
 
 #: the measured profiles shipped with the package (README.md there says where each comes from)
 SHIPPED_PROFILES = Path(__file__).resolve().parent / "profiles"
-
-
-def _ints(text: str, what: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers, got {text!r}", param_hint=what) from None
-    if not values or any(v <= 0 for v in values):
-        raise click.BadParameter(f"expected integers > 0, got {text!r}", param_hint=what)
-    return values
 
 
 def _points(text: str) -> list[tuple[str, int, int]]:
@@ -65,10 +56,10 @@ def opprofile(out_dir: Path, gpu: str, models: str, tps: str, tokens: str | None
         chosen = [get_model(m) for m in models.split(",") if m.strip()]
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--models") from None
-    token_list = _ints(tokens, "--tokens") if tokens else list(DEFAULT_TOKENS)
+    token_list = positive_ints(tokens, "--tokens") if tokens else list(DEFAULT_TOKENS)
     pts = [] if not attention else (_points(attention_points) if attention_points else None)
     try:
-        meta = run_profile(chosen, _ints(tps, "--tp"), token_list, out_dir, gpu, device=device, reps=reps,
+        meta = run_profile(chosen, positive_ints(tps, "--tp"), token_list, out_dir, gpu, device=device, reps=reps,
                            trials=trials, deadline_s=deadline_s, log=lambda m: click.echo(m, err=True),
                            attention_points=pts)
     except RuntimeError as exc:

@@ -17,7 +17,6 @@ not depend on values).
 
 from __future__ import annotations
 
-import csv
 import json
 import platform
 import statistics
@@ -29,8 +28,8 @@ from pathlib import Path
 import torch
 
 from superinfer.bench.costmodel import kernels
-from superinfer.bench.costmodel.timing import DTYPE, GRAPH_FALLBACKS, sample_ms
-from superinfer.sim.layerops import STATS, LayerShard, column, header, shard_of_model
+from superinfer.bench.costmodel.timing import DTYPE, GRAPH_FALLBACKS, sample_ms, stats_ms, write_csv
+from superinfer.sim.layerops import LayerShard, column, header, shard_of_model
 
 DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
                   6144, 8192, 12288, 16384)
@@ -83,11 +82,8 @@ def profile_shard(s: LayerShard, device: str, ew, reps: int, trials: int) -> dic
     """One CSV row: every operator's statistics (ms) and the shape columns."""
     row: dict[str, object] = {}
     for op, fn in operators(s, device, ew).items():
-        ms = sample_ms(fn, device, reps, trials)
-        stats = {"min": min(ms), "max": max(ms), "mean": statistics.fmean(ms), "median": statistics.median(ms),
-                 "std": statistics.pstdev(ms)}
-        for stat in STATS:
-            row[column(op, stat)] = round(stats[stat], 6)
+        for stat, value in stats_ms(sample_ms(fn, device, reps, trials)).items():
+            row[column(op, stat)] = value
     row.update(s.shape_row())
     return row
 
@@ -124,7 +120,7 @@ def run_profile(models: Iterable, tps: Iterable[int], tokens: Iterable[int], out
                 rows.append(profile_shard(shard_of_model(model, tp, n), device, ew, reps, trials))
                 if device.startswith("cuda"):
                     torch.cuda.empty_cache()
-            _write(path, rows)
+            write_csv(path, header(), rows)
             n_attn = 0
             if attention_points != []:
                 shard = shard_of_model(model, tp, 1)
@@ -139,15 +135,6 @@ def run_profile(models: Iterable, tps: Iterable[int], tokens: Iterable[int], out
     meta["graph_fallbacks"] = GRAPH_FALLBACKS[:20]
     (out_dir / "compute" / gpu / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return meta
-
-
-def _write(path: Path, rows: list[dict[str, object]]) -> None:
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=header())
-        w.writeheader()
-        w.writerows(rows)
-    tmp.replace(path)
 
 
 def _environment(device: str, impl: str, gpu: str, reps: int, trials: int, tokens: list[int]) -> dict[str, object]:

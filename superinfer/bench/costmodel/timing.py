@@ -8,10 +8,15 @@ instead and named in :data:`GRAPH_FALLBACKS`. On the CPU each sample is one call
 
 from __future__ import annotations
 
+import csv
+import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
+
+from superinfer.sim.layerops import STATS
 
 DTYPE = torch.bfloat16
 #: operators whose launches could not be captured in a CUDA graph (timed back to back instead)
@@ -59,3 +64,20 @@ def sample_ms(fn: Callable[[], None], device: str, reps: int, trials: int) -> li
         out.append(start.elapsed_time(end) / reps)
     del graph
     return out
+
+
+def stats_ms(ms: list[float]) -> dict[str, float]:
+    """The profile files' statistics (:data:`~superinfer.sim.layerops.STATS`) of samples, ms rounded to ns."""
+    values = {"min": min(ms), "max": max(ms), "mean": statistics.fmean(ms), "median": statistics.median(ms),
+              "std": statistics.pstdev(ms)}
+    return {s: round(values[s], 6) for s in STATS}
+
+
+def write_csv(path: Path, fieldnames: list[str], rows: list[dict[str, object]]) -> None:
+    """Replace ``path`` with ``rows`` at once (a reader never sees half a file)."""
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fieldnames)
+        w.writeheader()
+        w.writerows(rows)
+    tmp.replace(path)

@@ -1,0 +1,27 @@
+"""Comma-separated option values shared by the twin's and the benches' command lines."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+
+
+def _positive(value: str, name: str, cast: Callable[[str], float], what: str) -> list:
+    try:
+        out = [cast(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated {what}, got {value!r}", param_hint=name) from None
+    if not out or any(x <= 0 for x in out):
+        raise click.BadParameter(f"expected {what} > 0, got {value!r}", param_hint=name)
+    return out
+
+
+def positive_floats(value: str, name: str) -> list[float]:
+    """``"20,30"`` -> ``[20.0, 30.0]``; a click usage error naming ``name`` otherwise."""
+    return _positive(value, name, float, "numbers")
+
+
+def positive_ints(value: str, name: str) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``; a click usage error naming ``name`` otherwise."""
+    return _positive(value, name, int, "integers")
