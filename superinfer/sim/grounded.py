@@ -18,6 +18,10 @@ grounded one adds up what the engine runs, one operator after another:
   ``cpu_line=False`` (``--gpu-costs grounded-gpu``) the hardware profile's constant overhead instead, to
   show what each part moves.
 
+With tensor parallelism, :class:`~superinfer.sim.parallel.ParallelCostModel` adds the all-reduces at the
+fitted ``latency + size / bw`` of the fabric and rank count where they were measured (:func:`link_for`),
+else NCCL's tuning model as in the datasheet twin.
+
 Which measured part's efficiencies a hardware profile takes is :data:`MEASURED_PART`: each share of the
 datasheet peak is applied to that profile's own peaks. MoE models are refused (no expert GEMM profiles).
 """
@@ -30,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from superinfer.sim.gputerms import CpuTerms, GpuTerms, Terms, load
+from superinfer.sim.gputerms import CpuTerms, GpuTerms, LinkTerms, Terms, load
 from superinfer.sim.hardware import HardwareProfile
 from superinfer.sim.layerops import ELEMENTWISE, GEMMS, shard_of_model
 from superinfer.sim.models import BF16_BYTES, ModelProfile
@@ -49,6 +53,16 @@ MEASURED_PART = {
     "h200-pcie": "h200",   # H200 NVL: same die, measured on the SXM part
     "gh200": "h200",       # GH200's GPU is the same Hopper die with HBM3e: measured on the H200 SXM
 }
+#: a measured all-reduce folder -> the twin's (hardware profile, fabric) it was measured on
+#: (../shared/data/gpu-profiles/README.md: *_dgx are NVSwitch nodes, *_pairwise_nvlink PCIe cards in
+#: NVLink-bridged pairs)
+FABRIC_FOLDERS = {"a100_pairwise_nvlink": ("a100-pcie", "nvlink-bridge"),
+                  "h100_pairwise_nvlink": ("h100-pcie", "nvlink-bridge"),
+                  "a100_dgx": ("a100-sxm", "dgx-a100"), "h100_dgx": ("h100-sxm", "dgx-h100")}
+#: fabrics priced with another fabric's measurements over the same kind of link: H200 HGX and GH200 NVL2
+#: pairs talk over NVLink 4 as DGX H100 does
+FABRIC_STAND_INS = {("h200-sxm", "dgx-h200"): "h100_dgx", ("gh200", "nvl2"): "h100_dgx"}
+
 #: how the twin prices GPU iterations: the datasheet roofline; fitted GPU terms with the fitted CPU line;
 #: fitted GPU terms with the hardware profile's constant overhead
 GPU_COSTS = ("datasheet", "grounded", "grounded-gpu")
@@ -70,6 +84,15 @@ def terms_for(hardware: HardwareProfile, terms: Terms) -> GpuTerms:
                          f"(grounded costs cover {', '.join(sorted(MEASURED_PART))})")
     return replace(terms.gpus[part], hardware=hardware.name, peak_flops=hardware.peak_bf16_flops,
                    hbm_bw=hardware.hbm_bw)
+
+
+def link_for(terms: Terms, hardware: str, fabric: str, ranks: int) -> LinkTerms | None:
+    """The fitted all-reduce of ``ranks`` ranks on (``hardware``, ``fabric``), measured there or on a
+    stand-in (:data:`FABRIC_STAND_INS`); None where nothing was measured (NCCL's tuning model prices it)."""
+    folder = FABRIC_STAND_INS.get((hardware, fabric))
+    if folder is None:
+        folder = next((f for f, hf in FABRIC_FOLDERS.items() if hf == (hardware, fabric)), None)
+    return None if folder is None else terms.all_reduce.get(f"{folder}/{ranks}")
 
 
 def cpu_for(terms: Terms, tp: int) -> CpuTerms | None:

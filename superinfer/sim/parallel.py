@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from superinfer.sim.costmodel import CostModel
 from superinfer.sim.fabric import Fabric, allgather_s, allreduce_s, get_fabric, send_s
 from superinfer.sim.gputerms import Terms
-from superinfer.sim.grounded import GroundedPricer
+from superinfer.sim.grounded import GroundedPricer, link_for
 from superinfer.sim.hardware import HardwareProfile
 from superinfer.sim.layout import Layout, kv_heads_per_rank, layout_problems, stage_layers
 from superinfer.sim.models import BF16_BYTES, ModelProfile
@@ -100,11 +100,13 @@ class ParallelCostModel(CostModel):
             raise ValueError(f"{model.name} at {layout}: " + "; ".join(problems))
         shard = rank_shard(model, layout.tp)
         super().__init__(shard, hardware, block_size, None, overlap=overlap, duplex=duplex)
+        self.fabric = fabric if fabric is not None else get_fabric(hardware.name)
+        self.tp_allreduce = None  # fitted all-reduce of the TP group (grounded costs, where measured)
         if gpu_terms is not None:  # one rank's shard of the full model, TP-aware
             self._grounded = GroundedPricer(model, layout.tp, hardware, gpu_terms, self.overhead_s, cpu_line)
+            self.tp_allreduce = link_for(gpu_terms, hardware.name, self.fabric.name, layout.tp)
         self.full_model = model
         self.layout = layout
-        self.fabric = fabric if fabric is not None else get_fabric(hardware.name)
         self.stage_layers = stage_layers(model.layers, layout.pp)
         self.stage_params = stage_params(shard, layout.pp)
         # per-rank block: this rank's KV heads for its stage's layers (the heaviest stage's)
@@ -130,7 +132,9 @@ class ParallelCostModel(CostModel):
         act = tokens * hidden * ACT_BYTES
         tp_s = 0.0
         if tp > 1:
-            tp_s = (self._allreduces * allreduce_s(act, tp, self.tp_link)
+            each = (allreduce_s(act, tp, self.tp_link) if self.tp_allreduce is None
+                    else self.tp_allreduce.all_reduce_s(act))
+            tp_s = (self._allreduces * each
                     + allgather_s(seqs * self.full_model.vocab * ACT_BYTES, tp, self.tp_link))
         pp_s = 0.0
         for link in self.hop_links:  # hidden states + residual, split over the TP ranks, gathered after

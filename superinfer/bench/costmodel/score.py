@@ -30,15 +30,12 @@ import numpy as np
 from superinfer.bench.costmodel.files import AllReduceRow, AttentionRow, ComputeRow, CpuRow, ProfileError, Profiles
 from superinfer.sim.layerops import ELEMENTWISE, GEMMS, attention_work
 from superinfer.sim.fabric import allreduce_s, get_fabric
+from superinfer.sim.grounded import FABRIC_FOLDERS
 from superinfer.sim.hardware import HardwareProfile, get_hardware, hardware_names
 
 #: a profile's GPU folder -> the twin's hardware profile (the shipped A100 rows come from PCIe cards on
 #: NVLink bridges, the H100 rows from an SXM part: ../shared/data/gpu-profiles/README.md)
 GPU_FOLDERS = {"a100": "a100-pcie", "h100": "h100-sxm", "h200": "h200-sxm", "gh200": "gh200"}
-#: a network folder -> (hardware profile, fabric)
-FABRIC_FOLDERS = {"a100_pairwise_nvlink": ("a100-pcie", "nvlink-bridge"),
-                  "h100_pairwise_nvlink": ("h100-pcie", "nvlink-bridge"),
-                  "a100_dgx": ("a100-sxm", "dgx-a100"), "h100_dgx": ("h100-sxm", "dgx-h100")}
 TOKEN_BANDS = ((1, "1-15"), (16, "16-63"), (64, "64-511"), (512, "512-2047"), (2048, "2048+"))
 MIB = 1 << 20
 SIZE_BANDS = ((0, "<64KiB"), (64 << 10, "64KiB-1MiB"), (MIB, "1-16MiB"), (16 * MIB, ">=16MiB"))
