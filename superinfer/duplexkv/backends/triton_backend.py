@@ -50,10 +50,14 @@ def _copy_jobs(src_addrs, dst_addrs, sizes, n_jobs, BLOCK: tl.constexpr, WIDE: t
             src = tl.load(src_addrs + job).to(tl.pointer_type(tl.uint8))
             dst = tl.load(dst_addrs + job).to(tl.pointer_type(tl.uint8))
             n = tl.load(sizes + job)
-        for start in range(0, n, BLOCK):
+        # a while loop, not range(0, n, BLOCK): triton 3.6's interpreter turns a loaded n into a Python int
+        # through a one-element array, which NumPy >= 2.5 refuses (seen on the lent H200's image)
+        start = 0
+        while start < n:
             idx = start + offs
             mask = idx < n
             tl.store(dst + idx, tl.load(src + idx, mask=mask), mask=mask)
+            start += BLOCK
         job += nprog
 
 
