@@ -1,15 +1,14 @@
 """The project's own operator profiler: one layer's operators on the local GPU, in Vidur's file format.
 
 For each model, TP degree and token count it builds one rank's shard of a layer (:class:`LayerShard`)
-with random bf16 weights and activations, and times every operator of :data:`~.ops.OPS`:
+with random bf16 weights and activations, and times every operator of
+:data:`superinfer.sim.layerops.OPS` (:mod:`.timing`: CUDA graphs of back-to-back launches on a GPU, the
+kernels' device time without the host's launch gaps, as Vidur's kernel-level timings are), then the
+shard's attention (:mod:`.attention`).
 
-* on CUDA, ``reps`` back-to-back launches are captured in a CUDA graph and the graph is replayed
-  ``trials`` times between two CUDA events; one trial's time / ``reps`` is one sample. That is the
-  kernels' device time without the host's launch gaps (as Vidur's kernel-level timings are);
-* on the CPU (only to test this code) each sample is one call timed with ``perf_counter``.
-
-Rows are written as each (model, TP) finishes to ``OUT/compute/<gpu>/<model>/mlp.csv`` with the columns
-of Vidur's files (:func:`~.ops.header`, milliseconds), next to ``meta.json`` (device, versions, the
+Rows are written as each (model, TP) finishes to ``OUT/compute/<gpu>/<model>/mlp.csv`` (and
+``attention.csv``) with the columns of Vidur's files (:func:`superinfer.sim.layerops.header`,
+milliseconds), next to ``meta.json`` (device, versions, the
 elementwise implementation, the token counts, date), so ``bench costmodel`` reads them as it reads the
 shipped ones. The embedding's row count is the shard's vocabulary; weights are random (kernel time does
 not depend on values).
