@@ -122,43 +122,51 @@ class GroundedPricer:
         self._ew_a = np.array([s1.activation_bytes(op) for op in ew], dtype=float)
         self._emb_a = float(s1.activation_bytes("emb"))
         self._vocab, self._hidden = s1.vocab, model.hidden
-        shard_heads, shard_kv = s1.heads, s1.kv_heads
-        self._attn_flops_per_pair = 4.0 * model.layers * shard_heads * model.head_dim
-        self._kv_bytes_per_token = 2.0 * model.layers * shard_kv * model.head_dim * BF16_BYTES
-        self._table = np.zeros(1, dtype=float)
+        g = self.gpu
+        eff_f, eff_b, fixed = ((self.attn.eff_flops, self.attn.eff_bw, self.attn.fixed_s) if self.attn is not None
+                               else (g.gemm_eff_flops, g.gemm_eff_bw, 0.0))
+        self._attn_s_per_pair = 4.0 * model.layers * s1.heads * model.head_dim / (g.peak_flops * eff_f)
+        self._attn_s_per_kv = 2.0 * model.layers * s1.kv_heads * model.head_dim * BF16_BYTES / (g.hbm_bw * eff_b)
+        self._attn_fixed_s = model.layers * fixed
+        # hot-path tables, grown on demand: by batched tokens (layers + embedding) and by sampled rows
+        # (LM head + CPU), so one iteration is two lookups and a roofline
+        self._by_tokens = np.zeros(1, dtype=float)
+        self._by_rows = np.zeros(1, dtype=float)
 
-    def _layer_table(self, tokens: np.ndarray) -> np.ndarray:
+    def _tokens_table(self, tokens: np.ndarray) -> np.ndarray:
+        """layers x one layer's operators + the embedding, for each batched token count."""
         t = tokens[:, None].astype(float)
         n, k = self._gemm_nk[:, 0], self._gemm_nk[:, 1]
         gemm = self.gpu.gemm_s(2.0 * t * n * k, (n * k + t * k + t * n) * BF16_BYTES).sum(axis=1)
         ew = self.gpu.elementwise_s(self._ew_w + self._ew_a * t).sum(axis=1)
-        out = gemm + ew
+        out = self.layers * (gemm + ew) + self.gpu.elementwise_s(self._emb_a * tokens)
         out[tokens == 0] = 0.0
         return out
 
+    def _rows_table(self, rows: np.ndarray) -> np.ndarray:
+        """The LM head over ``rows`` sampled rows and the CPU's work for a batch of that many sequences."""
+        r = rows.astype(float)
+        lm_n, h = self._vocab, self._hidden
+        lm_head = self.gpu.gemm_s(2.0 * r * lm_n * h, (lm_n * h + r * (h + lm_n)) * BF16_BYTES)
+        cpu = self.overhead_s if self.cpu is None else self.cpu.base_s + self.cpu.per_seq_s * r
+        return np.where(rows > 0, lm_head, 0.0) + cpu
+
     def _layer_s(self, tokens: int) -> float:
-        if tokens >= len(self._table):
-            size = max(2 * len(self._table), tokens + 1, 1024)
-            self._table = self.layers * self._layer_table(np.arange(size))
-        return float(self._table[tokens])
+        """layers x one layer (the embedding excluded), seconds; for checks."""
+        t = np.array([tokens])
+        return float(self._tokens_table(t)[0] - (self.gpu.elementwise_s(self._emb_a * tokens) if tokens else 0.0))
 
     def iteration_s(self, prefill_tokens: int, prefill_attn_pairs: float, decode_seqs: int,
                     decode_kv_tokens: int, prefill_ctx_tokens: int = 0) -> float:
         tokens = prefill_tokens + decode_seqs
         if tokens <= 0:
             return 0.0
-        g = self.gpu
-        sampled = decode_seqs + (1 if prefill_tokens > 0 else 0)
-        lm_n, h = self._vocab, self._hidden
-        lm_head = g.gemm_s(2.0 * sampled * lm_n * h, (lm_n * h + sampled * (h + lm_n)) * BF16_BYTES)
-        emb = g.elementwise_s(self._emb_a * tokens)
-        attn_flops = self._attn_flops_per_pair * (prefill_attn_pairs + decode_kv_tokens)
-        kv_bytes = self._kv_bytes_per_token * (decode_kv_tokens + prefill_ctx_tokens + tokens)
-        if self.attn is not None:
-            attention = (self.attn.attention_s(attn_flops, kv_bytes, g.peak_flops, g.hbm_bw)
-                         + (self.layers - 1) * self.attn.fixed_s)
-        else:
-            attention = max(attn_flops / (g.peak_flops * g.gemm_eff_flops), kv_bytes / (g.hbm_bw * g.gemm_eff_bw))
-        batch = decode_seqs + (1 if prefill_tokens > 0 else 0)
-        cpu = self.overhead_s if self.cpu is None else self.cpu.overhead_s(batch)
-        return self._layer_s(tokens) + float(lm_head) + float(emb) + attention + cpu
+        rows = decode_seqs + (1 if prefill_tokens > 0 else 0)  # sampled rows = sequences in the batch
+        if tokens >= len(self._by_tokens):
+            self._by_tokens = self._tokens_table(np.arange(max(2 * len(self._by_tokens), tokens + 1, 1024)))
+        if rows >= len(self._by_rows):
+            self._by_rows = self._rows_table(np.arange(max(2 * len(self._by_rows), rows + 1, 256)))
+        compute = self._attn_s_per_pair * (prefill_attn_pairs + decode_kv_tokens)
+        memory = self._attn_s_per_kv * (decode_kv_tokens + prefill_ctx_tokens + tokens)
+        attention = self._attn_fixed_s + (compute if compute > memory else memory)
+        return float(self._by_tokens[tokens] + self._by_rows[rows]) + attention
