@@ -17,7 +17,9 @@ import os
 from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from superinfer import __version__
 from superinfer.daemon.api_tuner import register_tuner_routes
@@ -73,6 +75,16 @@ def _authorized(request: Request, token: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
 
 
+def allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """Every method some route of ``app`` takes on ``path``, sorted."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        regex, route_methods = getattr(route, "path_regex", None), getattr(route, "methods", None)
+        if regex is not None and route_methods and regex.match(path):
+            methods |= set(route_methods)
+    return sorted(methods)
+
+
 def build_app(daemon: ControlHost) -> FastAPI:
     """The control API of ``daemon`` with its backend's routes added."""
     app = FastAPI(title="superinferd control API", version=__version__,
@@ -82,6 +94,14 @@ def build_app(daemon: ControlHost) -> FastAPI:
     @app.exception_handler(HttpError)
     async def _http_error(_: Request, exc: HttpError) -> JSONResponse:
         return exc.response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _starlette_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """Starlette's 405 names only the first route of the path (``Allow: GET`` for ``DELETE /v1/params``,
+        which also takes PUT); answer with every method the path takes (RFC 9110 §15.5.6)."""
+        if exc.status_code == 405:
+            exc.headers = {**(exc.headers or {}), "Allow": ", ".join(allowed_methods(request.app, request.url.path))}
+        return await http_exception_handler(request, exc)
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, exc: Exception) -> JSONResponse:

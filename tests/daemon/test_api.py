@@ -26,6 +26,13 @@ def test_healthz(daemon) -> None:
     assert r.json()["simulation"] is True
 
 
+def test_a_wrong_method_is_405_with_every_method_the_path_takes(daemon) -> None:
+    for path, allowed in (("/v1/params", "GET, PUT"), ("/v1/tuner", "GET, PUT"),
+                          ("/healthz", "GET")):
+        r = httpx.request("DELETE", daemon.url + path, headers=daemon.headers(), timeout=10)
+        assert r.status_code == 405 and r.headers["allow"] == allowed, (path, r.headers.get("allow"))
+
+
 def test_state_fields(daemon) -> None:
     r = daemon.post("/v1/completions", json={"prompt": "hello there", "max_tokens": 3})
     assert r.status_code == 200, r.text
