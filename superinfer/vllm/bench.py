@@ -31,6 +31,22 @@ from superinfer.vllm.hostload import HostLoad, rt_throttle
 PLAN_SUMS = ("plan_timed", "plan_ns", "plan_live", "plan_live_sq", "plan_ns_x_live")
 
 
+def counters_mean(runs: list[dict[str, Any]], policies: list[str]) -> dict[str, dict[str, float]]:
+    """Per policy, the mean of each numeric engine counter over its runs; a dict-valued counter (e.g. per
+    reason) is averaged per key as ``name.key``; other values (None, text) are left out."""
+    out: dict[str, dict[str, float]] = {}
+    for p in policies:
+        values: dict[str, list[float]] = {}
+        for run in (r for r in runs if r["policy"] == p):
+            for k, v in run.get("engine_counters", {}).items():
+                items = v.items() if isinstance(v, dict) else [(None, v)]
+                for sub, x in items:
+                    if isinstance(x, (int, float)) and not isinstance(x, bool):
+                        values.setdefault(k if sub is None else f"{k}.{sub}", []).append(float(x))
+        out[p] = {k: float(np.mean(v)) for k, v in values.items()}
+    return out
+
+
 def _requests(workload: str, arrival: str, rps: float, duration: float, seed: int, max_len: int):
     from superinfer.sim.workload import load_workload
 
@@ -298,23 +314,39 @@ def bench_vllm(**o: Any) -> None:
                                                   o["max_model_len"])
             write_mooncake(Path(o["save_trace"]), arr, prompt, output)
         # Policies run one after another; the order rotates with the seed so that no policy always runs
-        # first (or last) on a host whose load drifts.
-        runs = [run_policy(policies[(k + s) % len(policies)], s, o, slo, workdir)
-                for s in range(o["seeds"]) for k in range(len(policies))]
+        # first (or last) on a host whose load drifts. Each run is appended to <json>.runs.jsonl as it
+        # finishes, so a later failure (an engine, the summary) never loses the runs before it.
+        partial = (Path(str(o["json_path"]) + ".runs.jsonl")
+                   if o["json_path"] and o["json_path"] != "-" else None)
+        if partial is not None:
+            partial.write_text("")
+        runs = []
+        for s in range(o["seeds"]):
+            for k in range(len(policies)):
+                runs.append(run_policy(policies[(k + s) % len(policies)], s, o, slo, workdir))
+                if partial is not None:
+                    with partial.open("a") as fh:
+                        fh.write(json.dumps(runs[-1], default=str) + "\n")
         runs.sort(key=lambda x: (x["seed"], policies.index(x["policy"])))
     result = {
         "command": "superinferd bench vllm " + " ".join(sys.argv[3:]),
         "config": {k: v for k, v in o.items() if k != "json_path"},
         "slo": {"ttft_slo_s": slo[0], "tbt_slo_s": slo[1], "measured": measured},
         "runs": runs,
-        "summary": summarise(runs),
-        "engine_counters_mean": {p: {k: float(np.mean([x["engine_counters"][k] for x in runs if x["policy"] == p]))
-                                     for k in runs[0]["engine_counters"]} for p in policies},
     }
+    try:
+        result["summary"] = summarise(runs)
+        result["engine_counters_mean"] = counters_mean(runs, policies)
+    except Exception as exc:  # noqa: BLE001 - the runs are written whatever went wrong in their summary
+        result["summary_error"] = f"{type(exc).__name__}: {exc}"
+        click.echo(f"error: the summary failed ({result['summary_error']}); the runs are written unsummarised",
+                   err=True)
     text = json.dumps(result, indent=1)
     if o["json_path"] == "-":
         click.echo(text)
     elif o["json_path"]:
         Path(str(o["json_path"])).write_text(text + "\n")
+    if "summary_error" in result:
+        sys.exit(1)
     if o["json_path"] != "-":
         echo_summary(result, runs, slo)

@@ -56,3 +56,47 @@ def test_host_load_reports_shares_in_range() -> None:
     assert r["wall_s"] >= 0 and r["own_cpu_s"] >= 0
     if r["other_cpu_share"] is not None:
         assert 0.0 <= r["other_cpu_share"]
+
+
+def test_counter_means_take_dict_valued_and_missing_counters_without_failing() -> None:
+    from superinfer.vllm.bench import counters_mean
+
+    runs = [{"policy": "lvf", "engine_counters": {"parks": 10, "refused": {"blocks": 2, "budget": 4}, "note": None}},
+            {"policy": "lvf", "engine_counters": {"parks": 20, "refused": {"blocks": 4}}},
+            {"policy": "vllm", "engine_counters": {"resumed": 3, "recomputed_tokens": 300}}]
+    assert counters_mean(runs, ["lvf", "vllm"]) == {
+        "lvf": {"parks": 15.0, "refused.blocks": 3.0, "refused.budget": 4.0},
+        "vllm": {"resumed": 3.0, "recomputed_tokens": 300.0}}
+
+
+def test_bench_vllm_writes_each_run_as_it_finishes_and_keeps_the_runs_when_the_summary_fails(
+        tmp_path, monkeypatch) -> None:
+    """The engine's part is replaced by canned runs: this checks the command's bookkeeping only."""
+    import json
+
+    from click.testing import CliRunner
+
+    from superinfer.sim import metrics
+    from superinfer.vllm import bench
+
+    done = []
+
+    def one_run(policy, seed, o, slo, workdir):
+        out = tmp_path / "out.json.runs.jsonl"
+        done.append(len(out.read_text().splitlines()))  # what was on disk when this run started
+        return {"policy": policy, "seed": seed, "engine_counters": {"parks": seed}}
+
+    def broken_summary(runs):
+        raise KeyError("ttft_attainment")
+
+    monkeypatch.setattr(bench, "prepare", lambda o, workdir: (["vllm", "lvf"], (1.0, 0.1), None))
+    monkeypatch.setattr(bench, "run_policy", one_run)
+    monkeypatch.setattr(metrics, "summarise", broken_summary)
+    out = tmp_path / "out.json"
+    res = CliRunner().invoke(bench.bench_vllm, ["--build-tiny", str(tmp_path / "m"), "--seeds", "2",
+                                                "--json", str(out)])
+    assert res.exit_code == 1 and "the summary failed (KeyError" in res.output
+    assert done == [0, 1, 2, 3]
+    assert len((tmp_path / "out.json.runs.jsonl").read_text().splitlines()) == 4
+    data = json.loads(out.read_text())
+    assert len(data["runs"]) == 4 and data["summary_error"].startswith("KeyError") and "summary" not in data
