@@ -134,7 +134,7 @@ def costmodel(profiles_dir: Path, hardware: str | None, terms_path: Path | None,
     except (ProfileError, ValueError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    report["command"] = " ".join(["superinferd", "bench", "costmodel"] + sys.argv[3:]) if len(sys.argv) > 3 else ""
+    report["command"] = " ".join(["superinferd", "bench", "costmodel", *sys.argv[3:]])
     if json_out is not None and str(json_out) == "-":
         click.echo(json.dumps(report, indent=2))
         return
