@@ -14,7 +14,7 @@ from superinfer.core import Params, TenantTable
 from superinfer.sim import calibration as calib
 from superinfer.sim.costmodel import CostModel
 from superinfer.sim.engine import SimConfig, Simulator
-from superinfer.sim.grounded import GPU_COSTS, shipped_terms
+from superinfer.sim.grounded import gpu_cost_terms
 from superinfer.sim.hardware import get_hardware
 from superinfer.sim.metrics import run_metrics
 from superinfer.sim.models import get_model
@@ -53,13 +53,10 @@ class RunSpec:
 
 def cost_model(spec: RunSpec) -> CostModel:
     cal = calib.load(spec.calibration) if spec.calibration else None
-    if spec.gpu_costs not in GPU_COSTS:
-        raise ValueError(f"gpu_costs: expected one of {', '.join(GPU_COSTS)}, got {spec.gpu_costs!r}")
-    terms = shipped_terms() if spec.gpu_costs != "datasheet" else None
+    terms, cpu_line = gpu_cost_terms(spec.gpu_costs)
     nooverlap = spec.policy == "lvf-nooverlap"
     return CostModel(get_model(spec.model), get_hardware(spec.hardware), spec.block_size, cal,
-                     overlap=not nooverlap, duplex=not nooverlap, gpu_terms=terms,
-                     cpu_line=spec.gpu_costs == "grounded")
+                     overlap=not nooverlap, duplex=not nooverlap, gpu_terms=terms, cpu_line=cpu_line)
 
 
 def run_one(spec: RunSpec) -> dict:

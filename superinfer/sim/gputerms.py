@@ -78,6 +78,12 @@ class AttentionTerms:
         return self.fixed_s + max(flops / (peak_flops * self.eff_flops), nbytes / (hbm_bw * self.eff_bw))
 
 
+def attention_or_gemm(attn: AttentionTerms | None, gpu: GpuTerms) -> AttentionTerms:
+    """A part's measured attention terms, else (not measured there) its GEMM efficiencies and no fixed cost:
+    the grounded twin's assumption, which the scorer prices the same way."""
+    return attn if attn is not None else AttentionTerms(gpu.gemm_eff_flops, gpu.gemm_eff_bw, 0.0, 0)
+
+
 @dataclass(frozen=True)
 class LinkTerms:
     latency_s: float

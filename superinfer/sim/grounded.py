@@ -6,8 +6,9 @@ grounded one adds up what the engine runs, one operator after another:
     iteration = layers · layer(T) + embedding(T) + lm_head(S) + attention + cpu(B)
 
 * ``layer(T)``: the fitted time of one layer's four GEMMs and its norms, RoPE, activation and adds on one
-  TP shard at ``T`` batched tokens (:class:`~superinfer.sim.gputerms.GpuTerms`); tabulated once per
-  engine for every ``T`` up to the largest seen, so the hot path is one array lookup.
+  TP shard at ``T`` batched tokens (:class:`~superinfer.sim.gputerms.GpuTerms`). With the embedding it
+  is tabulated by ``T``, and the LM head and CPU by ``S``, each up to the largest seen, so the hot path is
+  two array lookups and the attention roofline.
 * ``lm_head(S)``: the vocabulary GEMM for the ``S`` sampled rows (decodes, plus one per iteration with
   prefill: a lower bound, as in :mod:`superinfer.sim.parallel`).
 * ``attention``: a roofline of its FLOPs and KV bytes with the measured part's fitted attention terms
@@ -34,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from superinfer.sim.gputerms import CpuTerms, GpuTerms, LinkTerms, Terms, load
+from superinfer.sim.gputerms import CpuTerms, GpuTerms, LinkTerms, Terms, attention_or_gemm, load
 from superinfer.sim.hardware import HardwareProfile
 from superinfer.sim.layerops import ELEMENTWISE, GEMMS, shard_of_model
 from superinfer.sim.models import BF16_BYTES, ModelProfile
@@ -74,6 +75,14 @@ CPU_SOURCE = "a100"
 @lru_cache(maxsize=4)
 def shipped_terms(path: str = str(SHIPPED_TERMS)) -> Terms:
     return load(path)
+
+
+def gpu_cost_terms(gpu_costs: str) -> tuple[Terms | None, bool]:
+    """``(gpu_terms, cpu_line)`` for a :data:`GPU_COSTS` choice, as the cost models take them; ValueError
+    naming the choices otherwise."""
+    if gpu_costs not in GPU_COSTS:
+        raise ValueError(f"gpu_costs: expected one of {', '.join(GPU_COSTS)}, got {gpu_costs!r}")
+    return (None if gpu_costs == "datasheet" else shipped_terms()), gpu_costs == "grounded"
 
 
 def terms_for(hardware: HardwareProfile, terms: Terms) -> GpuTerms:
@@ -122,24 +131,26 @@ class GroundedPricer:
         self._ew_a = np.array([s1.activation_bytes(op) for op in ew], dtype=float)
         self._emb_a = float(s1.activation_bytes("emb"))
         self._vocab, self._hidden = s1.vocab, model.hidden
-        g = self.gpu
-        eff_f, eff_b, fixed = ((self.attn.eff_flops, self.attn.eff_bw, self.attn.fixed_s) if self.attn is not None
-                               else (g.gemm_eff_flops, g.gemm_eff_bw, 0.0))
-        self._attn_s_per_pair = 4.0 * model.layers * s1.heads * model.head_dim / (g.peak_flops * eff_f)
-        self._attn_s_per_kv = 2.0 * model.layers * s1.kv_heads * model.head_dim * BF16_BYTES / (g.hbm_bw * eff_b)
-        self._attn_fixed_s = model.layers * fixed
+        g, a = self.gpu, attention_or_gemm(self.attn, self.gpu)
+        self._attn_s_per_pair = 4.0 * model.layers * s1.heads * model.head_dim / (g.peak_flops * a.eff_flops)
+        self._attn_s_per_kv = 2.0 * model.layers * s1.kv_heads * model.head_dim * BF16_BYTES / (g.hbm_bw * a.eff_bw)
+        self._attn_fixed_s = model.layers * a.fixed_s
         # hot-path tables, grown on demand: by batched tokens (layers + embedding) and by sampled rows
         # (LM head + CPU), so one iteration is two lookups and a roofline
         self._by_tokens = np.zeros(1, dtype=float)
         self._by_rows = np.zeros(1, dtype=float)
 
-    def _tokens_table(self, tokens: np.ndarray) -> np.ndarray:
-        """layers x one layer's operators + the embedding, for each batched token count."""
+    def layers_s(self, tokens: np.ndarray) -> np.ndarray:
+        """layers x one layer's GEMMs and elementwise operators (the embedding excluded), per token count."""
         t = tokens[:, None].astype(float)
         n, k = self._gemm_nk[:, 0], self._gemm_nk[:, 1]
         gemm = self.gpu.gemm_s(2.0 * t * n * k, (n * k + t * k + t * n) * BF16_BYTES).sum(axis=1)
         ew = self.gpu.elementwise_s(self._ew_w + self._ew_a * t).sum(axis=1)
-        out = self.layers * (gemm + ew) + self.gpu.elementwise_s(self._emb_a * tokens)
+        return self.layers * (gemm + ew)
+
+    def _tokens_table(self, tokens: np.ndarray) -> np.ndarray:
+        """:meth:`layers_s` + the embedding, for each batched token count (0 for none)."""
+        out = self.layers_s(tokens) + self.gpu.elementwise_s(self._emb_a * tokens)
         out[tokens == 0] = 0.0
         return out
 
@@ -150,11 +161,6 @@ class GroundedPricer:
         lm_head = self.gpu.gemm_s(2.0 * r * lm_n * h, (lm_n * h + r * (h + lm_n)) * BF16_BYTES)
         cpu = self.overhead_s if self.cpu is None else self.cpu.base_s + self.cpu.per_seq_s * r
         return np.where(rows > 0, lm_head, 0.0) + cpu
-
-    def _layer_s(self, tokens: int) -> float:
-        """layers x one layer (the embedding excluded), seconds; for checks."""
-        t = np.array([tokens])
-        return float(self._tokens_table(t)[0] - (self.gpu.elementwise_s(self._emb_a * tokens) if tokens else 0.0))
 
     def iteration_s(self, prefill_tokens: int, prefill_attn_pairs: float, decode_seqs: int,
                     decode_kv_tokens: int, prefill_ctx_tokens: int = 0) -> float:

@@ -29,7 +29,7 @@ from superinfer.core import Tenant, TenantTable
 from superinfer.sim.engine import SIM_POLICIES, SimConfig
 from superinfer.sim.fabric import get_fabric
 from superinfer.sim.fleet import BALANCERS, Fleet
-from superinfer.sim.grounded import GPU_COSTS, shipped_terms
+from superinfer.sim.grounded import gpu_cost_terms
 from superinfer.sim.hardware import get_hardware
 from superinfer.sim.layout import PP_CHOICES, TP_CHOICES, Layout
 from superinfer.sim.metrics import run_metrics
@@ -69,8 +69,7 @@ class PlanSpec:
     gpu_costs: str = "datasheet"  # superinfer.sim.grounded.GPU_COSTS
 
     def __post_init__(self) -> None:
-        if self.gpu_costs not in GPU_COSTS:
-            raise ValueError(f"gpu_costs: expected one of {', '.join(GPU_COSTS)}, got {self.gpu_costs!r}")
+        gpu_cost_terms(self.gpu_costs)
         get_model(self.model)
         get_fabric(get_hardware(self.hardware).name, self.fabric)
         if not (isinstance(self.rps, (int, float)) and self.rps > 0):
@@ -142,10 +141,9 @@ def evaluate(spec: PlanSpec, cand: Candidate) -> dict:
     model, hw = get_model(spec.model), get_hardware(spec.hardware)
     fabric = get_fabric(hw.name, spec.fabric)
     nooverlap = cand.policy == "lvf-nooverlap"
-    terms = shipped_terms() if spec.gpu_costs != "datasheet" else None
+    terms, cpu_line = gpu_cost_terms(spec.gpu_costs)
     cm = ParallelCostModel(model, hw, spec.block_size, Layout(cand.tp, cand.pp), fabric,
-                           overlap=not nooverlap, duplex=not nooverlap, gpu_terms=terms,
-                           cpu_line=spec.gpu_costs == "grounded")
+                           overlap=not nooverlap, duplex=not nooverlap, gpu_terms=terms, cpu_line=cpu_line)
     tenants = TenantTable([Tenant("default", spec.ttft_slo, spec.tbt_slo)])
     runs = []
     for seed in range(spec.seeds):

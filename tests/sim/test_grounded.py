@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
@@ -48,7 +49,7 @@ def test_the_tabulated_layer_is_the_fitted_operators_summed(tokens):
     gpu = terms_for(hw, shipped_terms())
     shard = shard_of_model(m, 4, tokens)
     per_layer = gpu.layer_s(shard, GEMMS + tuple(op for op in ELEMENTWISE if op != "emb"))
-    assert pricer._layer_s(tokens) == pytest.approx(m.layers * per_layer, rel=1e-9)
+    assert pricer.layers_s(np.array([tokens]))[0] == pytest.approx(m.layers * per_layer, rel=1e-9)
 
 
 def test_a_tp_rank_runs_its_shard_and_decode_is_bandwidth_bound_near_the_measured_share():

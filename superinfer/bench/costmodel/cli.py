@@ -106,8 +106,8 @@ def _print_report(report: dict) -> None:
             click.echo(f"  {g['gpu']:<6} tp {g['tp']:<3}{g['rows']:>5}{g['median_ape_pct']:>9}{g['bias_pct']:>+8}")
 
 
-_PROFILES_HELP = ("Folder of Vidur-format profiles (compute/<gpu>/<model>/mlp.csv, network/<fabric>/all_reduce.csv, "
-                  "cpu/<gpu>/cpu_overheads.csv). Default: the measured A100/H100/H200 profiles shipped with superinfer.")
+_PROFILES_HELP = ("Folder of Vidur-format profiles (compute/<gpu>/<model>/mlp.csv and attention.csv, "
+                  "network/<fabric>/all_reduce.csv, cpu/<gpu>/cpu_overheads.csv). Default: the measured A100/H100/H200 profiles shipped with superinfer.")
 
 
 @click.command("costmodel")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime, timezone
+from operator import attrgetter
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -22,6 +23,14 @@ from superinfer.sim.layerops import ELEMENTWISE, GEMMS, attention_work
 
 US = 1e-6
 __all__ = ["fit", "fit_gpu", "fit_links", "fit_cpu", "load", "save", "to_json_dict", "Terms"]
+
+
+def _by(rows, key) -> list[tuple[str, list]]:
+    """``rows`` grouped by ``key(row)``, in key order."""
+    groups: dict[str, list] = defaultdict(list)
+    for r in rows:
+        groups[key(r)].append(r)
+    return sorted(groups.items())
 
 
 def _log_fit(fn, x0: list[float], lower: list[float], upper: list[float], measured: np.ndarray) -> np.ndarray:
@@ -79,11 +88,8 @@ def fit_attention(rows: list[AttentionRow], hardware) -> AttentionTerms:
 
 
 def fit_links(rows: list[AllReduceRow]) -> dict[str, LinkTerms]:
-    groups: dict[str, list[AllReduceRow]] = defaultdict(list)
-    for r in rows:
-        groups[f"{r.fabric}/{r.ranks}"].append(r)
     out = {}
-    for key, rs in sorted(groups.items()):
+    for key, rs in _by(rows, lambda r: f"{r.fabric}/{r.ranks}"):
         size = np.array([r.size_bytes for r in rs], dtype=float)
         t = np.array([r.ms / 1e3 for r in rs])
         if len(rs) < 2 or (t <= 0).any():
@@ -94,11 +100,8 @@ def fit_links(rows: list[AllReduceRow]) -> dict[str, LinkTerms]:
 
 
 def fit_cpu(rows: list[CpuRow]) -> dict[str, CpuTerms]:
-    groups: dict[str, list[CpuRow]] = defaultdict(list)
-    for r in rows:
-        groups[f"{r.gpu}/tp{r.tp}"].append(r)
     out = {}
-    for key, rs in sorted(groups.items()):
+    for key, rs in _by(rows, lambda r: f"{r.gpu}/tp{r.tp}"):
         a = np.array([[1.0, r.batch] for r in rs])
         t = np.array([r.ms / 1e3 for r in rs])
         coef, *_ = np.linalg.lstsq(a, t, rcond=None)
@@ -109,13 +112,8 @@ def fit_cpu(rows: list[CpuRow]) -> dict[str, CpuTerms]:
 def fit(profiles: Profiles, hardware_for) -> Terms:
     """Fit every GPU, link and CPU group in ``profiles``; ``hardware_for(gpu_folder)`` names the datasheet
     profile each GPU's efficiencies are relative to."""
-    by_gpu: dict[str, list[ComputeRow]] = defaultdict(list)
-    for r in profiles.compute:
-        by_gpu[r.gpu].append(r)
-    by_gpu_attn: dict[str, list[AttentionRow]] = defaultdict(list)
-    for a in profiles.attention:
-        by_gpu_attn[a.gpu].append(a)
-    return Terms(gpus={g: fit_gpu(rows, hardware_for(g)) for g, rows in sorted(by_gpu.items())},
+    gpu = attrgetter("gpu")
+    return Terms(gpus={g: fit_gpu(rows, hardware_for(g)) for g, rows in _by(profiles.compute, gpu)},
                  all_reduce=fit_links(profiles.all_reduce), cpu=fit_cpu(profiles.cpu), files=list(profiles.files),
                  date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                 attention={g: fit_attention(rows, hardware_for(g)) for g, rows in sorted(by_gpu_attn.items())})
+                 attention={g: fit_attention(rows, hardware_for(g)) for g, rows in _by(profiles.attention, gpu)})

@@ -30,6 +30,7 @@ import numpy as np
 from superinfer.bench.costmodel.files import AllReduceRow, AttentionRow, ComputeRow, CpuRow, ProfileError, Profiles
 from superinfer.sim.layerops import ELEMENTWISE, GEMMS, attention_work
 from superinfer.sim.fabric import allreduce_s, get_fabric
+from superinfer.sim.gputerms import attention_or_gemm
 from superinfer.sim.grounded import FABRIC_FOLDERS
 from superinfer.sim.hardware import HardwareProfile, get_hardware, hardware_names
 
@@ -105,8 +106,9 @@ def score_compute(rows: list[ComputeRow], hardware: str | None = None, terms=Non
         if meas_gemm <= 0:
             raise ProfileError(f"{r.where}: the four GEMMs sum to 0 ms")
         if terms is None:
-            hw_name = hardware_for(r.gpu, hardware).name
-            pred = layer_pred = gemm_layer_s(hardware_for(r.gpu, hardware), r)
+            hw = hardware_for(r.gpu, hardware)
+            hw_name = hw.name
+            pred = layer_pred = gemm_layer_s(hw, r)
         else:
             gpu = _terms_for(terms, r.gpu, "gpus", r.where)
             hw_name = gpu.hardware
@@ -141,9 +143,8 @@ def attention_pred_s(r: AttentionRow, hardware: str | None, terms) -> tuple[str,
         hw = hardware_for(r.gpu, hardware)
         return hw.name, max(flops / (hw.peak_bf16_flops * hw.mfu), nbytes / (hw.hbm_bw * hw.mbu))
     gpu = _terms_for(terms, r.gpu, "gpus", r.where)
-    if r.gpu in terms.attention:
-        return gpu.hardware, terms.attention[r.gpu].attention_s(flops, nbytes, gpu.peak_flops, gpu.hbm_bw)
-    return gpu.hardware, max(flops / (gpu.peak_flops * gpu.gemm_eff_flops), nbytes / (gpu.hbm_bw * gpu.gemm_eff_bw))
+    attn = attention_or_gemm(terms.attention.get(r.gpu), gpu)
+    return gpu.hardware, attn.attention_s(flops, nbytes, gpu.peak_flops, gpu.hbm_bw)
 
 
 def score_attention(rows: list[AttentionRow], hardware: str | None = None, terms=None) -> dict:
