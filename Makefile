@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.superinfer-installed
 
-.PHONY: run test setup clean bench-sched figures compare
+.PHONY: run run-real test setup clean bench-sched figures compare
 
 setup: $(STAMP)
 
@@ -28,6 +28,14 @@ run: $(STAMP)
 	@echo "dashboard:   in a second terminal: $(VENV)/bin/superinferd top --state-dir .superinfer-state"
 	@echo "             (a busier twin: $(VENV)/bin/superinferd start --profile demo --state-dir .superinfer-state)"
 	$(VENV)/bin/superinferd start --profile chat --state-dir .superinfer-state
+
+# The real engine on this host's CPU (no GPU, no download): vLLM serves a tiny random Llama (built at first
+# start in the state dir) through RotaScheduler and DuplexKV, held to 96 KV blocks, with long-output traffic
+# the daemon sends itself, so KV rotates between the engine's cache and the host pool. Ctrl-C stops it.
+run-real: $(STAMP)
+	@echo "superinferd: real vLLM (CPU) -- OpenAI and control API on http://127.0.0.1:8781 (model \"tiny-llama\")"
+	@echo "dashboard:   in a second terminal: $(VENV)/bin/superinferd top --state-dir .superinfer-state-real"
+	$(VENV)/bin/superinferd start --profile cpu-demo --device cpu --port 8781 --state-dir .superinfer-state-real
 
 # The simulator's policy comparison at a loaded point (about a minute).
 compare: $(STAMP)

@@ -49,6 +49,8 @@ class ControlHost(Host, Protocol):
 
     def health(self) -> str: ...
 
+    def error(self) -> str | None: ...
+
     def state(self) -> dict[str, Any]: ...
 
     @property
@@ -109,11 +111,14 @@ def build_app(daemon: ControlHost) -> FastAPI:
         return error(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error")
 
     @app.get("/healthz", tags=["control"], summary="Liveness: 200 while serving, 503 while starting, "
-                                                   "draining or when the engine loop stalled")
+                                                   "draining, stalled, or failed (then with the engine's error)")
     async def healthz() -> JSONResponse:
         status = daemon.health()
-        return JSONResponse({"status": status, "backend": daemon.backend.name,
-                             "simulation": daemon.backend.simulation, "pid": os.getpid()},
+        body = {"status": status, "backend": daemon.backend.name, "simulation": daemon.backend.simulation,
+                "pid": os.getpid()}
+        if status == "failed":
+            body["error"] = daemon.error()
+        return JSONResponse(body,
                             status_code=200 if status == "ok" else 503)
 
     @app.get("/v1/state", tags=["control"], summary="One JSON snapshot of the daemon and its engine")

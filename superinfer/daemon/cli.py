@@ -1,4 +1,4 @@
-"""``superinferd start | stop | status | config show``. Exit codes: 0 ok, 1 failure, 2 usage or
+"""``superinferd start | stop | status | config show | config check``. Exit codes: 0 ok, 1 failure, 2 usage or
 configuration error, 3 not running."""
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def start(profile, profile_file, backend, host, port, device, engine_port, state
         click.echo(f"superinferd: {exc}", err=True)
         sys.exit(EXIT_FAIL)
     except StartError as exc:
-        click.echo(f"superinferd: {exc}", err=True)
+        for line in str(exc).splitlines():
+            click.echo(f"superinferd: {line}", err=True)
         sys.exit(exc.code)
     except PermissionError as exc:
         click.echo(f"superinferd: {exc}", err=True)
@@ -92,16 +93,21 @@ def _state_dir(state_dir: str | None) -> Path:
 @state_dir_opt
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def status(state_dir, as_json) -> None:
-    """Is a daemon running on the state dir? Exit 0 if so (with a summary), 3 if not."""
+    """Is a daemon running on the state dir? Exit 0 if so (with a summary), 3 if not (with the last run's
+    error, if it failed)."""
     from superinfer.daemon.lifecycle import running_daemon
 
     sd = _state_dir(state_dir)
     run = running_daemon(sd)
     if run is None:
+        last = _last_run(sd)
         if as_json:
-            click.echo(json.dumps({"running": False, "state_dir": str(sd)}))
+            click.echo(json.dumps({"running": False, "state_dir": str(sd), "last_run": last}))
         else:
             click.echo(f"superinferd is not running (state dir {sd})")
+            if last is not None and last.get("error"):
+                click.echo(f"  last run (profile {last.get('profile')}, stopped {last.get('stopped')}) failed: "
+                           f"{last['error']}")
         sys.exit(EXIT_NOT_RUNNING)
     info = {"running": True, "state_dir": str(sd), "pid": run.pid, **run.runtime}
     url = run.runtime.get("url")
@@ -111,8 +117,8 @@ def status(state_dir, as_json) -> None:
         try:
             r = httpx.get(url + "/v1/state", timeout=5.0)
             s = r.json()
-            info["state"] = {k: s.get(k) for k in ("status", "backend", "simulation", "model", "profile", "uptime_s",
-                                                    "queues", "counters")}
+            info["state"] = {k: s.get(k) for k in ("status", "error", "backend", "simulation", "model", "profile",
+                                                    "uptime_s", "queues", "counters")}
         except (httpx.HTTPError, ValueError) as exc:
             info["state_error"] = f"{type(exc).__name__}: {exc}"
     if as_json:
@@ -126,8 +132,23 @@ def status(state_dir, as_json) -> None:
         q, c = st.get("queues") or {}, st.get("counters") or {}
         click.echo(f"  status {st.get('status')}, uptime {st.get('uptime_s')} s, queues {q}, "
                    f"arrived {c.get('arrived')}, finished {c.get('finished')}")
+        if st.get("error"):
+            click.echo(f"  error: {st['error']}")
     elif "state_error" in info:
         click.echo(f"  control API not answering: {info['state_error']}")
+
+
+def _last_run(sd: Path) -> dict | None:
+    """What the last daemon on ``sd`` left in ``state.json``: profile, when it stopped, its error."""
+    from superinfer.daemon.lifecycle import STATE_FILE, read_json
+
+    saved = read_json(sd / STATE_FILE)
+    if saved is None:
+        return None
+    stopped = saved.get("stopped_at")
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stopped)) if isinstance(stopped, (int, float)) else None
+    return {"profile": saved.get("profile"), "backend": saved.get("backend"), "stopped": when,
+            "error": saved.get("error"), "counters": saved.get("counters")}
 
 
 @click.command("stop")
@@ -195,3 +216,39 @@ def config_show(profile, profile_file, backend, host, port, device, state_dir, s
     click.echo(f"[tenants]  # {data['tenants']['source']}")
     for t in data["tenants"]["list"]:
         click.echo("  " + ", ".join(f"{k}={v}" for k, v in t.items()))
+
+
+@config.command("check")
+@profile_opt
+@profile_file_opt
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None, help="Device vLLM would run on.")
+@state_dir_opt
+@set_opt
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: {ok, problems, notes, host, model}.")
+def config_check(profile, profile_file, device, state_dir, sets, as_json) -> None:
+    """Run the vllm backend's preflight (memory, KV, block size, layout, lengths) without starting anything.
+    Exit 0 when the settings fit this host, 2 when not (one line per problem, with a value that would work)."""
+    cfg = _config(profile, profile_file, {"device": device, "state_dir": state_dir}, sets)
+    if not cfg.get("engine", "model_path"):
+        msg = "the profile has no engine.model_path (or engine.tiny_model): only the sim backend can serve it"
+        click.echo(json.dumps({"ok": True, "problems": [], "notes": [msg]}) if as_json else f"ok: {msg}")
+        return
+    from superinfer.daemon import preflight
+
+    problems, host, model = preflight.run(cfg)
+    if as_json:
+        click.echo(json.dumps(preflight.report(problems, host, model), indent=1))
+    else:
+        gpus = "".join(f", GPU {i}: {f / 2**30:.1f} of {t / 2**30:.1f} GiB free" for i, (f, t) in enumerate(host.gpus))
+        click.echo(f"host: {host.device}, {host.available / 2**30:.1f} of {host.total / 2**30:.1f} GiB of memory "
+                   f"available{gpus}")
+        if model.local:
+            click.echo(f"model: {model.path}: weights {(model.weights or 0) / 2**20:.1f} MiB, max_position_embeddings "
+                       f"{model.max_position}, one KV block {model.block_bytes} bytes per rank")
+        for note in model.notes:
+            click.echo(f"note: {note}")
+        for p in problems:
+            click.echo(f"problem: {p}", err=True)
+        if not problems:
+            click.echo(f"ok: profile {cfg.profile} fits this host")
+    sys.exit(EXIT_CONFIG if problems else 0)

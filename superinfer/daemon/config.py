@@ -165,11 +165,17 @@ def resolve(
                 raise ProfileError(None, f"--{key.replace('_', '-')}", str(exc)) from None
         daemon[key] = setting
     daemon["state_dir"] = Setting(str(Path(daemon["state_dir"].value).expanduser()), daemon["state_dir"].source)
+    if values["engine"]["tiny_model"].value and not values["engine"]["model_path"].value:
+        values["engine"]["model_path"] = Setting(str(Path(daemon["state_dir"].value) / TINY_MODEL_DIR),
+                                                 f"engine.tiny_model ({values['engine']['tiny_model'].source})")
 
     tenants, shares, tsource = _resolve_tenants(prof, values)
     _check_names(values)
     _check_layout(values)
     return Config(prof.name, path, values, daemon, tenants, shares, tsource)
+
+
+TINY_MODEL_DIR = "tiny-llama"  # where engine.tiny_model builds its model in the state dir
 
 
 def _parse(spec: Key, text: str, where: str) -> Any:

@@ -92,7 +92,9 @@ def rank_block_bytes(model_path: str, block_size: int, dtype: str, tp: int, pp: 
         return None
     try:
         c = json.loads((Path(model_path).expanduser() / "config.json").read_text())
-        width = {"float32": 4}.get(dtype if dtype != "auto" else c.get("torch_dtype", "bfloat16"), 2)
+        # transformers >= 4.56 writes "dtype", older versions "torch_dtype"
+        saved = c.get("dtype") or c.get("torch_dtype") or "bfloat16"
+        width = {"float32": 4}.get(dtype if dtype != "auto" else saved, 2)
         layers = max(stage_layers(shapes["layers"], pp))
     except (OSError, ValueError):
         return None

@@ -92,14 +92,18 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "model": Key("str", "llama-3-8b", "model profile of the twin and of the probe's block size "
                      "(superinfer.sim.models: llama-3-8b, qwen2.5-32b, mixtral-8x7b)"),
         "model_path": Key("str", "", "vLLM model (local directory or name); empty: the vllm backend is unavailable"),
-        "served_model_name": Key("str", "", "model name clients send; empty: model_path (vllm) or 'superinfer-sim:<model>'"),
+        "served_model_name": Key("str", "", "model name clients send; empty: the model directory's name (vllm) or "
+                                  "'superinfer-sim:<model>'"),
         "hardware": Key("str", "gh200", "the twin's hardware profile (superinfer.sim.hardware)"),
         "block_size": Key("int", 16, "tokens per KV block", 1, 1024),
         "max_num_seqs": Key("int", 256, "most sequences in one iteration", 1, 1 << 20),
         "max_num_batched_tokens": Key("int", 8192, "token budget of one iteration", 1, 1 << 24),
         "max_model_len": Key("int", 0, "vLLM max_model_len; 0: the model's own", 0, 1 << 24),
         "dram_gib": Key("float", 64.0, "host DRAM pool for parked KV (GiB)", 0, 1 << 20),
-        "kv_cache_gib": Key("float", 0.0, "vLLM on CPU: VLLM_CPU_KVCACHE_SPACE (GiB); 0: vLLM's default", 0, 1 << 20),
+        "tiny_model": Key("bool", False, "serve a tiny random Llama, built offline in seconds at engine.model_path "
+                          "(empty: <state-dir>/tiny-llama) when absent: demos and CPU hosts (its text is gibberish)"),
+        "kv_cache_gib": Key("float", 0.0, "vLLM KV cache per rank (GiB, --kv-cache-memory-bytes); 0: vLLM sizes it "
+                            "from gpu_memory_utilization (on CPU: that share of host memory)", 0, 1 << 20),
         "gpu_memory_utilization": Key("float", 0.9, "vLLM on GPU: share of HBM vLLM may use", 0, 1, lo_open=True),
         "num_gpu_blocks_override": Key("int", 0, "vLLM: fix the number of device KV blocks; 0: measured", 0, 1 << 30),
         "dtype": Key("choice", "auto", "vLLM dtype", choices=("auto", "float32", "bfloat16", "float16")),
@@ -155,6 +159,14 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "storage": Key("str", "", "Optuna storage of the online local search: sqlite:///..., postgresql://..., "
                        "journal:PATH, memory; empty: sqlite in <state-dir>/tuner.db"),
         "seed": Key("int", 0, "seed of the bandit and the local search", 0, 1 << 31),
+    },
+    "load": {
+        "rps": Key("float", 0.0, "requests per second the daemon sends itself through its own OpenAI endpoint (a "
+                   "demo of a real engine; superinfer.daemon.selfload); 0: off", 0, 1e4),
+        "prompt_words": Key("int", 24, "load: words per prompt, uniform in [n/2, n]", 1, 1 << 20),
+        "max_tokens": Key("int", 256, "load: output tokens per request, uniform in [n/4, n] (EOS ignored)", 1, 1 << 20),
+        "max_inflight": Key("int", 64, "load: most of its requests open at once (arrivals beyond are skipped)", 1, 1 << 20),
+        "seed": Key("int", 0, "load: seed", 0, 1 << 31),
     },
     "sim": {
         "workload": Key("str", "chat", "twin replay: synthetic name (chat, code, sharegpt, lmsys, long-context) or trace path"),

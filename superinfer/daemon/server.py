@@ -65,6 +65,8 @@ class Daemon:
         self.started_unix = time.time()
         self.draining = False
         self.ready = False
+        self.failure: str | None = None  # why the backend failed to start (its root cause), once it has
+        self.selfload: Any = None  # the [load] client (superinfer.daemon.selfload.SelfLoad), when it runs
         self.token = ""
         self.probe: dict[str, Any] | None = None
         self.store: ParamStore
@@ -77,7 +79,7 @@ class Daemon:
     def health(self) -> str:
         """``failed`` (the engine loop died), ``draining``, ``starting``, ``stalled`` (no heartbeat for
         :data:`STALL_S`) or ``ok``, in that precedence."""
-        if self.backend.crashed is not None:
+        if self.error() is not None:
             return "failed"
         if self.draining:
             return "draining"
@@ -86,6 +88,12 @@ class Daemon:
         if time.monotonic() - self.backend.beat > STALL_S:
             return "stalled"
         return "ok"
+
+    def error(self) -> str | None:
+        """Why the engine failed (a failed start, or its loop or process died), None while it has not."""
+        if self.failure is not None:
+            return self.failure
+        return None if self.backend.crashed is None else str(self.backend.crashed)
 
     def state(self) -> dict[str, Any]:
         """The ``/v1/state`` document (field names: docs/daemon.md)."""
@@ -100,6 +108,7 @@ class Daemon:
             "backend": b.name,
             "simulation": b.simulation,
             "status": self.health(),
+            "error": self.error(),
             "version": __version__,
             "pid": os.getpid(),
             "model": b.model_name(),
@@ -112,6 +121,7 @@ class Daemon:
             "slo_window_s": self.slo.window_s,
             "tenants": tenants,
             "tuner": self.tuner.status() if self.tuner is not None else None,
+            "load": None if self.selfload is None else {"rps": self.selfload.rps, **self.selfload.counts},
         }
         out.update(b.engine_state())
         return out
@@ -156,6 +166,7 @@ class Serving:
         self.server_task: asyncio.Task | None = None
         self.start_task: asyncio.Task | None = None  # the backend's start, until it has finished
         self.stop_wait: asyncio.Task | None = None
+        self.load_task: asyncio.Task | None = None  # the [load] client, while it sends
 
     async def serve(self) -> int:
         await self.startup()
@@ -215,7 +226,7 @@ class Serving:
                 self.last_status = now
                 self.notifier.status(self.daemon.status_line())
         if health == "failed":
-            log.error("engine loop failed; shutting down")
+            log.error("engine failed (%s); shutting down", self.daemon.error())
             self.exit_code = 1
             return False
         return True
@@ -229,12 +240,30 @@ class Serving:
         exc = task.exception()
         if exc is not None:
             log.error("backend %s failed to start: %s", self.daemon.backend.name, exc)
+            self.daemon.failure = str(exc)
             self.exit_code = getattr(exc, "code", 1)
             self.stop.set()
             return
         self.daemon.ready = True
         self.notifier.ready(self.daemon.status_line())
         log.info("ready: %s", self.daemon.status_line())
+        self.load_task = self._start_load()
+
+    def _start_load(self) -> asyncio.Task | None:
+        """``[load]``: the daemon's own client (:mod:`superinfer.daemon.selfload`), when ``load.rps > 0``."""
+        d, g = self.daemon, self.daemon.cfg.get
+        if g("load", "rps") <= 0:
+            return None
+        from superinfer.daemon.selfload import SelfLoad
+
+        load = SelfLoad(f"http://127.0.0.1:{d.port}", d.backend.model_name(),
+                        [(t.name, d.cfg.tenant_shares.get(t.name, 1.0)) for t in d.cfg.tenants], rps=g("load", "rps"),
+                        prompt_words=g("load", "prompt_words"), max_tokens=g("load", "max_tokens"),
+                        max_inflight=g("load", "max_inflight"), seed=g("load", "seed"))
+        d.selfload = load
+        log.info("load: sending %g req/s to this daemon's /v1/completions (prompts <= %d words, <= %d tokens out)",
+                 load.rps, load.prompt_words, load.max_tokens)
+        return asyncio.create_task(load.run(lambda: not d.draining))
 
     async def shutdown(self) -> None:
         """Stop admission, drain up to ``engine.drain_timeout_s``, persist, stop serving, close the backend."""
@@ -257,7 +286,12 @@ class Serving:
         except Exception:  # noqa: BLE001 - still persist and exit
             log.exception("drain failed")
             self.exit_code = self.exit_code or 1
-        path = persist(d.state_dir / lc.STATE_FILE, d.cfg, d.backend, d.store, time.monotonic() - d.started, drain)
+        if self.load_task is not None:
+            self.load_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self.load_task
+        path = persist(d.state_dir / lc.STATE_FILE, d.cfg, d.backend, d.store, time.monotonic() - d.started, drain,
+                       error=d.error())
         log.info("state persisted to %s: %s", path, d.backend.counters())
         self.stop_wait.cancel()
         self.server.should_exit = True

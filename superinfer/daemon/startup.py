@@ -107,8 +107,9 @@ def _restorable(persisted: dict[str, Any], now_profile: dict[str, Any]) -> dict[
 
 
 def persist(path: Path, cfg: Config, backend: Backend, store: ParamStore, uptime_s: float,
-            drain: dict[str, Any] | None) -> Path:
-    """Write ``state.json`` at shutdown: params (restored next start), counters, the drain's summary."""
+            drain: dict[str, Any] | None, error: str | None = None) -> Path:
+    """Write ``state.json`` at shutdown: params (restored next start), counters, the drain's summary, and
+    why the engine failed (None: it did not; ``superinferd status`` shows it while nothing runs)."""
     data = {
         "profile": cfg.profile,
         "backend": backend.name,
@@ -121,6 +122,7 @@ def persist(path: Path, cfg: Config, backend: Backend, store: ParamStore, uptime
         "profile_params": {k: cfg.get("scheduler", k) for k in PERSISTED_PARAM_KEYS},
         "counters": backend.counters(),
         "drain": drain,
+        "error": error,
     }
     lc.write_json_atomic(path, data)
     return path

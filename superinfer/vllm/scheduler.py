@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 ENV_POLICY = "SUPERINFER_POLICY"
 ENV_STATS_FILE = "SUPERINFER_STATS_FILE"
+STATS_PERIOD_S = 1.0  # while requests run, the counters are published at most this often (daemon: /v1/state)
 _MAX_PLAN_ERROR_LOGS = 5
 #: validate the snapshot on one plan in this many (the first included); a full check costs about a third
 #: of a small batch's plan, and the table it checks is the plugin's own
@@ -70,6 +71,8 @@ class RotaScheduler(Scheduler):
         self.clock = time.time  # the clock of Request.arrival_time
         self.table = RequestTable()
         self.stats: collections.Counter[str] = collections.Counter()
+        self._stats_path = os.environ.get(ENV_STATS_FILE) or None
+        self._stats_at = 0.0
         self.last_plan: Plan | None = None
         self.ledger = self.connector.ledger if isinstance(self.connector, DuplexKVConnector) else None
         self._r2b = self.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks
@@ -134,6 +137,8 @@ class RotaScheduler(Scheduler):
         finally:
             self.max_num_scheduled_tokens = self._max_tokens
         self._after_schedule(out, now)
+        if self._stats_path is not None and time.monotonic() - self._stats_at >= STATS_PERIOD_S:
+            self._write_stats()
         if self.step_log is not None:
             self.step_log.end(out, self.requests, self.ledger.stats if self.ledger is not None else {},
                               self.stats["plan_timed"], len(self.table), len(self.waiting))
@@ -373,8 +378,11 @@ class RotaScheduler(Scheduler):
         return [(k, v) for k, v in ((key_of(i), v) for i, v in zip(ids.tolist(), vlt.tolist())) if k is not None]
 
     def stats_dict(self) -> dict[str, Any]:
+        rows = self.table.live_rows()
+        phases = np.bincount(self.table.phase[rows], minlength=3).tolist() if rows.shape[0] else [0, 0, 0]
         out: dict[str, Any] = {"scheduler": dict(self.stats), "params_reloads": self.param_source.reloads,
-                               "params_rejected": self.param_source.rejected}
+                               "params_rejected": self.param_source.rejected, "published_at": time.time(),
+                               "queues": dict(zip(("waiting", "rotary", "running"), map(int, phases)))}
         if self.ledger is not None:
             out["ledger"] = dict(self.ledger.stats)
             out["host_free"] = self.ledger.free
@@ -383,9 +391,10 @@ class RotaScheduler(Scheduler):
 
     def _write_stats(self) -> None:
         """Write :meth:`stats_dict` to ``$SUPERINFER_STATS_FILE`` (if set), atomically."""
-        path = os.environ.get(ENV_STATS_FILE)
+        path = self._stats_path
         if not path:
             return
+        self._stats_at = time.monotonic()
         tmp = f"{path}.{os.getpid()}.tmp"
         try:
             with open(tmp, "w") as f:

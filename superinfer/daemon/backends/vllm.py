@@ -15,15 +15,10 @@ the drain.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import json
 import logging
 import os
 import re
-import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +28,14 @@ from fastapi.responses import Response, StreamingResponse
 
 from superinfer.daemon import parallel
 from superinfer.daemon.backends.base import Backend, Host
+from superinfer.daemon.backends.vllm_child import (
+    STATS_FILE,
+    EngineChild,
+    free_port,
+    plugin_view,
+    served_default,
+    vllm_command,
+)
 from superinfer.daemon.errors import StartError
 from superinfer.daemon.httputil import HttpError, error, json_body, resolve_tenant
 from superinfer.daemon.wire import TENANT_XARG, XARGS_FIELD
@@ -48,32 +51,6 @@ ENGINE_KEEPALIVE_S = 2.0  # idle expiry of the proxy's connections to the vLLM c
 _METRIC_RE = re.compile(r"^(vllm:[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+|NaN)$", re.M)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def hf_block_bytes(model_path: str, block_size: int, dtype: str) -> int | None:
-    """KV bytes of one block from the model's config.json (None if it cannot be read)."""
-    try:
-        c = json.loads((Path(model_path) / "config.json").read_text())
-        heads = c["num_attention_heads"]
-        kv_heads = c.get("num_key_value_heads", heads)
-        head_dim = c.get("head_dim") or c["hidden_size"] // heads
-        width = {"float32": 4}.get(dtype if dtype != "auto" else c.get("torch_dtype", "bfloat16"), 2)
-        return 2 * c["num_hidden_layers"] * kv_heads * head_dim * width * block_size
-    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
-        return None
-
-
 def is_token_event(line: str) -> bool:
     """Whether one line of vLLM's SSE stream carries output: a ``data:`` event other than ``[DONE]``, the
     usage-only event (``stream_options.include_usage``: ``"choices":[]``) and the chat stream's opening
@@ -86,6 +63,12 @@ def is_token_event(line: str) -> bool:
             and '"role":' not in line)
 
 
+def outcome_of(status: int) -> str:
+    """How a request the engine answered ends: finished (200), rejected (4xx: the request was bad, e.g. too
+    long for the model) or failed (anything else)."""
+    return "finished" if status == 200 else "rejected" if 400 <= status < 500 else "failed"
+
+
 class VllmBackend(Backend):
     name = "vllm"
     simulation = False
@@ -94,18 +77,21 @@ class VllmBackend(Backend):
         self.cfg = cfg
         g = cfg.get
         self.model_path = g("engine", "model_path")
-        self.served = g("engine", "served_model_name") or self.model_path
+        self.served = g("engine", "served_model_name") or served_default(self.model_path)
+        # names a request may give for the model: the served one, and the path it was loaded from
+        self.aliases = {self.served, self.model_path, str(Path(self.model_path).expanduser().resolve())}
         self.tp, self.pp = g("engine", "tensor_parallel_size"), g("engine", "pipeline_parallel_size")
         self.executor = g("engine", "distributed_executor_backend")
         self.world = self.tp * self.pp
         self.cpu_binding: str | None = None
         # one rank's KV block (its heads, its stage's layers): what each worker parks, and B_xfer's unit
-        self._block_bytes = (hf_block_bytes(self.model_path, g("engine", "block_size"), g("engine", "dtype"))
-                             if self.world == 1 else parallel.rank_block_bytes(
-                                 self.model_path, g("engine", "block_size"), g("engine", "dtype"), self.tp, self.pp))
+        self._block_bytes = parallel.rank_block_bytes(self.model_path, g("engine", "block_size"), g("engine", "dtype"),
+                                                      self.tp, self.pp)
         self.tenant_index = {t.name: i for i, t in enumerate(cfg.tenants)}
         self.tenants = cfg.tenants
-        self.proc: subprocess.Popen | None = None
+        self.child = EngineChild(cfg.state_dir / STATS_FILE)
+        self.plugin: dict[str, Any] | None = None  # RotaScheduler's last published counters
+        self._exported: dict[str, int] = {}  # plugin counters already added to /metrics
         self.engine_url = ""
         self.admitting = True
         self._inflight = 0
@@ -123,27 +109,8 @@ class VllmBackend(Backend):
         return self._block_bytes
 
     def command(self, port: int, params_file: Path) -> list[str]:
-        g = self.cfg.get
-        extra: dict[str, Any] = {"params_file": str(params_file), "policy": g("scheduler", "policy")
-                                 if g("scheduler", "policy") != "vllm" else "fcfs"}
-        if self._block_bytes:  # dram_gib is the whole engine's pool: each of the world's workers gets its share
-            extra["host_blocks"] = max(1, int(g("engine", "dram_gib") * (1 << 30)) // (self.world * self._block_bytes))
-        ktc = {"kv_connector": "DuplexKVConnector", "kv_connector_module_path": "superinfer.vllm",
-               "kv_role": "kv_both", "kv_connector_extra_config": extra}
-        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model_path,
-               "--served-model-name", self.served, "--host", "127.0.0.1", "--port", str(port),
-               "--scheduler-cls", "superinfer.vllm.RotaScheduler", "--kv-transfer-config", json.dumps(ktc),
-               "--no-async-scheduling", "--block-size", str(g("engine", "block_size")),
-               "--max-num-seqs", str(g("engine", "max_num_seqs")),
-               "--max-num-batched-tokens", str(g("engine", "max_num_batched_tokens")),
-               "--dtype", g("engine", "dtype"), "--gpu-memory-utilization", str(g("engine", "gpu_memory_utilization"))]
-        if g("engine", "max_model_len"):
-            cmd += ["--max-model-len", str(g("engine", "max_model_len"))]
-        if g("engine", "num_gpu_blocks_override"):
-            cmd += ["--num-gpu-blocks-override", str(g("engine", "num_gpu_blocks_override"))]
-        if g("engine", "enforce_eager"):
-            cmd.append("--enforce-eager")
-        return cmd + parallel.vllm_args(self.tp, self.pp, self.executor)
+        return vllm_command(self.cfg.get, self.model_path, self.served, port, params_file, self._block_bytes,
+                            self.world, self.tp, self.pp, self.executor)
 
     async def start(self, host: Host) -> None:
         import httpx
@@ -153,16 +120,19 @@ class VllmBackend(Backend):
         self.engine_url = f"http://127.0.0.1:{port}"
         env = dict(os.environ)
         env["SUPERINFER_PARAMS_FILE"] = str(host.store.path)
+        if self.cfg.get("engine", "tiny_model"):  # a local model: nothing to fetch, nothing to report home
+            for key in ("HF_HUB_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK"):
+                env.setdefault(key, "1")
         try:  # Ray installed when asked for; the CPU thread binding of several CPU ranks
             self.cpu_binding = parallel.prepare_env(self.world, self.executor, self.cfg.d("device"), env)
         except ValueError as exc:
             raise StartError(str(exc), code=2) from None
         parallel.export_layout(host.metrics.registry, self.tp, self.pp)
-        if self.cfg.get("engine", "kv_cache_gib"):
-            env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.cfg.get('engine', 'kv_cache_gib'):g}"
         cmd = self.command(port, host.store.path)
         log.info("starting vLLM on %s: %s", self.engine_url, " ".join(cmd))
-        self.proc = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent)
+        log.info("serving model %r (from %s): clients send \"model\": %s", self.served, self.model_path,
+                 json.dumps(self.served))
+        self.child.spawn(cmd, env)
         # Idle connections to the child expire before vLLM's uvicorn closes them (VLLM_HTTP_TIMEOUT_KEEP_ALIVE,
         # 5 s by default, httpx's own default expiry too): otherwise a request forwarded on a connection the
         # child is closing fails with a transport error (502 here) without reaching the engine.
@@ -172,8 +142,8 @@ class VllmBackend(Backend):
         deadline = time.monotonic() + self.cfg.get("engine", "startup_timeout_s")
         while True:
             self.beat = time.monotonic()  # loading is progress while the child lives
-            if self.proc.poll() is not None:
-                raise StartError(f"vLLM exited with {self.proc.returncode} while loading {self.model_path}")
+            if self.child.exited():
+                raise StartError(self.child.failure(f"while loading {self.model_path}"))
             if time.monotonic() > deadline:
                 raise StartError(f"vLLM did not become healthy within {self.cfg.get('engine', 'startup_timeout_s')} s")
             try:
@@ -189,9 +159,9 @@ class VllmBackend(Backend):
 
     async def _watch(self) -> None:
         while True:
-            if self.proc is not None and self.proc.poll() is not None:
-                self.crashed = RuntimeError(f"vLLM exited with {self.proc.returncode}")
-                log.error("vLLM child exited with %s", self.proc.returncode)
+            if self.child.exited():
+                self.crashed = RuntimeError(self.child.failure())
+                log.error("%s", self.crashed)
                 return
             try:
                 await self._scrape()
@@ -210,12 +180,29 @@ class VllmBackend(Backend):
                     self.num_blocks = int(m.group(1))
             values[name] = values.get(name, 0.0) + (float(value) if value != "NaN" else 0.0)
         self.scraped = values
+        self.plugin = self.child.stats()
         m = self.host.metrics
         m.queue.labels("waiting").set(values.get("vllm:num_requests_waiting", 0))
         m.queue.labels("running").set(values.get("vllm:num_requests_running", 0))
         if self.num_blocks:
             m.blocks_cap.labels("hbm").set(self.num_blocks)
             m.blocks_used.labels("hbm").set(round(values.get("vllm:kv_cache_usage_perc", 0.0) * self.num_blocks))
+        self._export_plugin(m)
+
+    def _export_plugin(self, m: Any) -> None:
+        """RotaScheduler's counters into ``/metrics`` (queues and host pool set, counters advanced)."""
+        p = plugin_view(self.plugin)
+        for phase, n in p.get("queues", {}).items():
+            m.queue.labels(phase).set(n)
+        if "dram" in p:
+            m.blocks_used.labels("dram").set(p["dram"]["used"])
+            m.blocks_cap.labels("dram").set(p["dram"]["total"])
+        for key, metric in (("preemptions", m.preemptions), ("rotations", m.rotations),
+                            ("recompute_fallbacks", m.recompute)):
+            now = p.get("counters", {}).get(key)
+            if now is not None and now > self._exported.get(key, 0):
+                metric.inc(now - self._exported.get(key, 0))
+                self._exported[key] = now
 
     def register_routes(self, app: FastAPI, host: Host) -> None:
         backend = self
@@ -236,6 +223,12 @@ class VllmBackend(Backend):
                                         host.cfg.get("slo", "unknown_tenant"))
             except HttpError as exc:
                 return exc.response()
+            model = body.get("model")
+            if model is not None and model not in backend.aliases:
+                host.metrics.rejected.labels(tenant, "unknown_model").inc()
+                return error(404, f"model {model!r} is not served here; this daemon serves {backend.served!r} "
+                             "(GET /v1/models)", "model_not_found", param="model")
+            body["model"] = backend.served
             if not host.ready or backend._client is None:
                 return error(503, "engine is starting", "unavailable", headers={"Retry-After": "5"})
             if not backend.admitting or host.draining:
@@ -268,7 +261,7 @@ class VllmBackend(Backend):
             except httpx.HTTPError as exc:
                 self._done("failed")
                 return error(502, f"engine unreachable: {exc}", "bad_gateway")
-            self._done("finished" if r.status_code == 200 else "failed")
+            self._done(outcome_of(r.status_code), tenant)
             if r.status_code == 200:
                 m.t_finished[tenant].inc()
                 try:
@@ -308,7 +301,7 @@ class VllmBackend(Backend):
                             last = now
                             m.t_tokens[tenant].inc()
                         yield line + "\n"
-                    outcome = "finished" if r.status_code == 200 else "failed"
+                    outcome = outcome_of(r.status_code)
             finally:
                 # gaps enter the SLO window when the stream ends, finished or not (all were observed)
                 h.slo.gaps(tenant, gaps, slo_s=slo.tbt_slo)
@@ -318,30 +311,38 @@ class VllmBackend(Backend):
                     h.slo.finished(tenant, mean, mean <= slo.tbt_slo, ttft_ok=ttft_ok)
                     if tuner is not None:
                         tuner.finished(t0, tenant, ttft_ok, mean <= slo.tbt_slo, len(gaps) + (first is not None))
-                self._done(outcome)
+                self._done(outcome, tenant)
 
         return StreamingResponse(stream(), media_type="text/event-stream")
 
-    def _done(self, outcome: str) -> None:
+    def _done(self, outcome: str, tenant: str | None = None) -> None:
         self._inflight -= 1
         self.counts[outcome] += 1
+        if outcome == "rejected" and tenant is not None:
+            self.host.metrics.rejected.labels(tenant, "engine").inc()
 
     def engine_state(self) -> dict[str, Any]:
+        """Queues and KV from vLLM's /metrics, overlaid with RotaScheduler's published counters (rotary
+        queue, host pool, rotations) once it has published them."""
         v = self.scraped
         used = round(v.get("vllm:kv_cache_usage_perc", 0.0) * self.num_blocks) if self.num_blocks else None
+        p = plugin_view(self.plugin)
+        queues = {"waiting": int(v.get("vllm:num_requests_waiting", 0)), "rotary": None,
+                  "running": int(v.get("vllm:num_requests_running", 0)), **p.get("queues", {})}
+        counters = {"preemptions": int(v.get("vllm:num_preemptions_total", 0)), **p.get("counters", {}), **self.counts}
         return {
-            "queues": {"waiting": int(v.get("vllm:num_requests_waiting", 0)), "rotary": None,
-                       "running": int(v.get("vllm:num_requests_running", 0)), "inflight_http": self._inflight},
+            "queues": {**queues, "inflight_http": self._inflight},
             "kv": {"block_size": self.cfg.get("engine", "block_size"), "block_bytes": self._block_bytes,
-                   "hbm": {"used": used, "total": self.num_blocks}, "dram": {"used": None, "total": None}},
+                   "hbm": {"used": used, "total": self.num_blocks},
+                   "dram": p.get("dram", {"used": None, "total": None})},
             "transfer": {"h2d": None, "d2h": None, "window_s": None},
-            "counters": {**self.counts, "preemptions": int(v.get("vllm:num_preemptions_total", 0))},
+            "counters": counters,
             "ranking": [],
             "rotation_events": [],
             "planner": None,
             "parallel": parallel.layout_state(self.tp, self.pp, self.executor, binding=self.cpu_binding,
                                               block_bytes_per_rank=self._block_bytes),
-            "engine": {"url": self.engine_url, "pid": self.proc.pid if self.proc else None,
+            "engine": {"url": self.engine_url, "pid": self.child.pid, "plugin": self.plugin,
                        "scraped": {k: v[k] for k in sorted(v) if k.startswith("vllm:num_") or "usage" in k}},
         }
 
@@ -368,13 +369,7 @@ class VllmBackend(Backend):
     async def _stop_child(self) -> None:
         if self._monitor is not None:
             self._monitor.cancel()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.to_thread(self.proc.wait, 30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                await asyncio.to_thread(self.proc.wait, 10)
+        await self.child.stop()
 
     async def close(self) -> None:
         await self._stop_child()

@@ -1,0 +1,141 @@
+"""The vLLM child process of the ``vllm`` backend: its command line, its output, its end, its counters.
+
+Invariants: the child listens on loopback only and dies with the daemon (``PR_SET_PDEATHSIG``); every
+line it writes reaches the daemon's stderr (:class:`~superinfer.daemon.engine_log.OutputPump`), and
+:meth:`EngineChild.failure` names the engine's own root cause, not only its exit status; the plugin's
+counters are read from ``<state-dir>/engine-stats.json``, which RotaScheduler rewrites atomically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from superinfer.daemon import parallel
+from superinfer.daemon.engine_log import OutputPump, exit_text
+
+STATS_FILE = "engine-stats.json"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def served_default(model_path: str) -> str:
+    """The default served model name: a local model directory's name, else the model id as given."""
+    p = Path(model_path).expanduser()
+    return p.resolve().name if p.is_dir() else model_path
+
+
+def vllm_command(get: Any, model_path: str, served: str, port: int, params_file: Path, block_bytes: int | None,
+                 world: int, tp: int, pp: int, executor: str) -> list[str]:
+    """``python -m vllm.entrypoints.openai.api_server ...`` for the profile's ``[engine]`` (``get(section, key)``)."""
+    g = get
+    policy = g("scheduler", "policy")
+    extra: dict[str, Any] = {"params_file": str(params_file), "policy": policy if policy != "vllm" else "fcfs"}
+    if block_bytes:  # dram_gib is the whole engine's pool: each of the world's workers gets its share
+        extra["host_blocks"] = max(1, int(g("engine", "dram_gib") * (1 << 30)) // (world * block_bytes))
+    ktc = {"kv_connector": "DuplexKVConnector", "kv_connector_module_path": "superinfer.vllm",
+           "kv_role": "kv_both", "kv_connector_extra_config": extra}
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path,
+           "--served-model-name", served, "--host", "127.0.0.1", "--port", str(port),
+           "--scheduler-cls", "superinfer.vllm.RotaScheduler", "--kv-transfer-config", json.dumps(ktc),
+           "--no-async-scheduling", "--block-size", str(g("engine", "block_size")),
+           "--max-num-seqs", str(g("engine", "max_num_seqs")),
+           "--max-num-batched-tokens", str(g("engine", "max_num_batched_tokens")),
+           "--dtype", g("engine", "dtype"), "--gpu-memory-utilization", str(g("engine", "gpu_memory_utilization"))]
+    if g("engine", "kv_cache_gib"):
+        cmd += ["--kv-cache-memory-bytes", str(int(g("engine", "kv_cache_gib") * (1 << 30)))]
+    if g("engine", "max_model_len"):
+        cmd += ["--max-model-len", str(g("engine", "max_model_len"))]
+    if g("engine", "num_gpu_blocks_override"):
+        cmd += ["--num-gpu-blocks-override", str(g("engine", "num_gpu_blocks_override"))]
+    if g("engine", "enforce_eager"):
+        cmd.append("--enforce-eager")
+    return cmd + parallel.vllm_args(tp, pp, executor)
+
+
+class EngineChild:
+    """One vLLM process: started by :meth:`spawn`, stopped by :meth:`stop`."""
+
+    def __init__(self, stats_path: Path) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.pump: OutputPump | None = None
+        self.stats_path = stats_path
+
+    def spawn(self, cmd: list[str], env: dict[str, str]) -> None:
+        env = {**env, "SUPERINFER_STATS_FILE": str(self.stats_path), "PYTHONUNBUFFERED": "1"}
+        self.stats_path.unlink(missing_ok=True)  # a previous run's counters are not this one's
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     preexec_fn=_die_with_parent)
+        self.pump = OutputPump(self.proc.stdout)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def failure(self, during: str = "") -> str:
+        """``vLLM exited with 1 while loading M: ValueError: ...``: the exit and the engine's root cause."""
+        if self.pump is not None:
+            self.pump.join(5.0)  # the last lines of a dying child carry the cause
+        text = f"vLLM {exit_text(self.proc.returncode)}" if self.proc is not None else "vLLM did not start"
+        text += f" {during}" if during else ""
+        cause = self.pump.cause.line if self.pump is not None else None
+        return f"{text}: {cause}" if cause else f"{text} (no error line in its output)"
+
+    def stats(self) -> dict[str, Any] | None:
+        """The plugin's last published counters (None before the first publication)."""
+        try:
+            data = json.loads(self.stats_path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    async def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.to_thread(self.proc.wait, 30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                await asyncio.to_thread(self.proc.wait, 10)
+
+
+def plugin_view(stats: dict[str, Any] | None) -> dict[str, Any]:
+    """RotaScheduler's published counters as ``/v1/state`` names them (the twin's: a rotation is a victim
+    whose KV was parked in DRAM, a swap-in a parked request loaded back). Empty before the first
+    publication; keys the plugin did not publish are left out."""
+    if not stats:
+        return {}
+    sched, ledger = stats.get("scheduler") or {}, stats.get("ledger") or {}
+    out: dict[str, Any] = {"counters": {"preemptions": int(sched.get("preemptions", 0)),
+                                        "rotations": int(ledger.get("parks", 0)),
+                                        "recompute_fallbacks": int(ledger.get("recompute_fallbacks", 0)),
+                                        "swap_ins": int(ledger.get("loads", 0)),
+                                        "h2d_blocks": int(ledger.get("swap_in_blocks", 0)),
+                                        "d2h_blocks": int(ledger.get("swap_out_blocks", 0)) + int(ledger.get("sync_blocks", 0))}}
+    if isinstance(stats.get("queues"), dict):
+        out["queues"] = {k: int(stats["queues"].get(k, 0)) for k in ("waiting", "rotary", "running")}
+    if "host_capacity" in stats:
+        out["dram"] = {"used": int(stats["host_capacity"]) - int(stats.get("host_free", 0)),
+                       "total": int(stats["host_capacity"])}
+    return out
