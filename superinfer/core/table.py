@@ -114,6 +114,11 @@ class RequestTable:
             self._live_rows = np.flatnonzero(self.live)
         return self._live_rows
 
+    def phase_counts(self) -> list[int]:
+        """Live requests per phase, ``[waiting, rotary, running]`` (:class:`~superinfer.core.types.Phase`)."""
+        rows = self.live_rows()
+        return np.bincount(self.phase[rows], minlength=3).tolist() if rows.shape[0] else [0, 0, 0]
+
     def snapshot(self) -> Snapshot:
         """The core's view of every live row, in :meth:`live_rows` order (no validation)."""
         return Snapshot.gather(self, self.live_rows())

@@ -24,7 +24,6 @@ the table has one row per live request; a plan error falls back to stock behavio
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import os
 import time
@@ -38,14 +37,13 @@ from vllm.v1.request import RequestStatus
 from superinfer.core import Capacity, Plan, RequestTable, Snapshot, batch_token_budget, get_policy, nothing_to_plan, rank_order
 from superinfer.vllm.connector import DuplexKVConnector, connector_extra
 from superinfer.vllm.params import ENV_CALIBRATION, ENV_PARAMS_FILE, LiveParams, ParamSource, load_step_model
+from superinfer.vllm.stats import ENV_STATS_FILE, StatsFile
 from superinfer.vllm.steplog import StepLog
 from superinfer.vllm.tenants import RequestTenants
 
 log = logging.getLogger(__name__)
 
 ENV_POLICY = "SUPERINFER_POLICY"
-ENV_STATS_FILE = "SUPERINFER_STATS_FILE"
-STATS_PERIOD_S = 1.0  # while requests run, the counters are published at most this often (daemon: /v1/state)
 _MAX_PLAN_ERROR_LOGS = 5
 #: validate the snapshot on one plan in this many (the first included); a full check costs about a third
 #: of a small batch's plan, and the table it checks is the plugin's own
@@ -71,8 +69,7 @@ class RotaScheduler(Scheduler):
         self.clock = time.time  # the clock of Request.arrival_time
         self.table = RequestTable()
         self.stats: collections.Counter[str] = collections.Counter()
-        self._stats_path = os.environ.get(ENV_STATS_FILE) or None
-        self._stats_at = 0.0
+        self.stats_file = StatsFile(os.environ.get(ENV_STATS_FILE))  # published for the daemon, each second
         self.last_plan: Plan | None = None
         self.ledger = self.connector.ledger if isinstance(self.connector, DuplexKVConnector) else None
         self._r2b = self.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks
@@ -137,7 +134,7 @@ class RotaScheduler(Scheduler):
         finally:
             self.max_num_scheduled_tokens = self._max_tokens
         self._after_schedule(out, now)
-        if self._stats_path is not None and time.monotonic() - self._stats_at >= STATS_PERIOD_S:
+        if self.stats_file.due():
             self._write_stats()
         if self.step_log is not None:
             self.step_log.end(out, self.requests, self.ledger.stats if self.ledger is not None else {},
@@ -378,11 +375,9 @@ class RotaScheduler(Scheduler):
         return [(k, v) for k, v in ((key_of(i), v) for i, v in zip(ids.tolist(), vlt.tolist())) if k is not None]
 
     def stats_dict(self) -> dict[str, Any]:
-        rows = self.table.live_rows()
-        phases = np.bincount(self.table.phase[rows], minlength=3).tolist() if rows.shape[0] else [0, 0, 0]
         out: dict[str, Any] = {"scheduler": dict(self.stats), "params_reloads": self.param_source.reloads,
-                               "params_rejected": self.param_source.rejected, "published_at": time.time(),
-                               "queues": dict(zip(("waiting", "rotary", "running"), map(int, phases)))}
+                               "params_rejected": self.param_source.rejected,
+                               "queues": dict(zip(("waiting", "rotary", "running"), self.table.phase_counts()))}
         if self.ledger is not None:
             out["ledger"] = dict(self.ledger.stats)
             out["host_free"] = self.ledger.free
@@ -390,18 +385,8 @@ class RotaScheduler(Scheduler):
         return out
 
     def _write_stats(self) -> None:
-        """Write :meth:`stats_dict` to ``$SUPERINFER_STATS_FILE`` (if set), atomically."""
-        path = self._stats_path
-        if not path:
-            return
-        self._stats_at = time.monotonic()
-        tmp = f"{path}.{os.getpid()}.tmp"
-        try:
-            with open(tmp, "w") as f:
-                json.dump(self.stats_dict(), f, sort_keys=True)
-            os.replace(tmp, path)
-        except OSError as exc:
-            log.error("RotaScheduler: cannot write stats to %s: %s", path, exc)
+        """Publish :meth:`stats_dict` to ``$SUPERINFER_STATS_FILE`` (if set), atomically."""
+        self.stats_file.write(self.stats_dict)
 
     def shutdown(self) -> None:
         self._write_stats()

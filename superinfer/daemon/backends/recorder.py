@@ -44,8 +44,7 @@ _COUNTED = ("preemptions", "rotations", "recompute_fallbacks")
 
 def phase_counts(st: EngineState) -> list[int]:
     """Live requests per phase, ``[waiting, rotary, running]``."""
-    rows = st.live_rows()
-    return np.bincount(st.phase[rows], minlength=3).tolist() if rows.shape[0] else [0, 0, 0]
+    return st.phase_counts()
 
 
 class StepRecorder:

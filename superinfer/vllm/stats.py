@@ -1,0 +1,42 @@
+"""``$SUPERINFER_STATS_FILE``: where RotaScheduler publishes its counters for the daemon (``/v1/state``).
+
+Invariants: the file is replaced atomically (a reader sees a whole document or the previous one); while
+requests run it is rewritten at most every ``period_s`` (:meth:`StatsFile.due`); a failed write is
+logged and never stops the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+ENV_STATS_FILE = "SUPERINFER_STATS_FILE"
+
+
+class StatsFile:
+    """The stats file of one engine (``path`` None: publishing is off)."""
+
+    def __init__(self, path: str | None, period_s: float = 1.0) -> None:
+        self.path = path or None
+        self.period_s = period_s
+        self._at = 0.0
+
+    def due(self) -> bool:
+        return self.path is not None and time.monotonic() - self._at >= self.period_s
+
+    def write(self, document: Callable[[], dict[str, Any]]) -> None:
+        """Replace the file with ``document()`` (built only when publishing is on)."""
+        if self.path is None:
+            return
+        self._at = time.monotonic()
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w") as f:
+                json.dump({**document(), "published_at": time.time()}, f, sort_keys=True)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            log.error("RotaScheduler: cannot write stats to %s: %s", self.path, exc)
