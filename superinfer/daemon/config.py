@@ -227,6 +227,7 @@ def _check_names(values: dict[str, dict[str, Setting]]) -> None:
     from superinfer.sim.hardware import get_hardware
     from superinfer.sim.models import get_model
     from superinfer.sim.workload.arrivals import parse_arrival
+    from superinfer.sim.workload import WorkloadError, servegen
     from superinfer.sim.workload.lengths import LENGTHS
 
     checks = (("engine", "model", get_model), ("engine", "hardware", get_hardware),
@@ -238,9 +239,15 @@ def _check_names(values: dict[str, dict[str, Setting]]) -> None:
         except ValueError as exc:
             raise ProfileError(s.source, f"{section}.{key}", str(exc)) from None
     w = values["sim"]["workload"]
-    if w.value not in LENGTHS and not Path(w.value.partition(":")[2] or w.value).exists():
+    if w.value.startswith(servegen.PREFIX):
+        try:
+            servegen.read_servegen(servegen.split_spec(w.value)[0])
+        except (WorkloadError, OSError) as exc:
+            raise ProfileError(w.source, "sim.workload", str(exc)) from None
+    elif w.value not in LENGTHS and not Path(w.value.partition(":")[2] or w.value).exists():
         raise ProfileError(w.source, "sim.workload",
-                           f"expected a trace file or one of {', '.join(sorted(LENGTHS))}, got {w.value!r}")
+                           f"expected a trace file, servegen:DIR or one of {', '.join(sorted(LENGTHS))}, "
+                           f"got {w.value!r}")
 
 
 def _check_layout(values: dict[str, dict[str, Setting]]) -> None:

@@ -74,7 +74,11 @@ def _knob_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @click.command("sim")
-@click.option("--workload", default="chat", show_default=True, help="Trace path (azure/sharegpt/burstgpt/mooncake) or chat|code|long-context.")
+@click.option("--workload", default="chat", show_default=True,
+              help="Trace path (azure/sharegpt/burstgpt/mooncake), servegen:DIR (production traffic per client), or "
+                   "chat|code|sharegpt|lmsys|long-context|reasoning.")
+@click.option("--start-s", default=None, type=click.FloatRange(min=0),
+              help="servegen: the second of the day the replayed span starts at (default: the busiest window).")
 @click.option("--arrival", default="poisson", show_default=True, help="poisson | gamma:<b> | hawkes[:n[:decay]] | trace")
 @click.option("--model", default="llama-3-8b", show_default=True)
 @click.option("--hardware", default="gh200", show_default=True)
@@ -119,12 +123,17 @@ def bench_sim(**o: object) -> None:
         rps: list[float | None] = [None]
     else:
         rps = list(positive_floats(str(o["rps"]), "--rps"))
+    workload = str(o["workload"])
+    if o["start_s"] is not None:
+        if not workload.startswith("servegen:"):
+            raise click.BadParameter("only a servegen:DIR workload has a start in the day", param_hint="--start-s")
+        workload = f"{workload}@{o['start_s']:g}"
     tenants, mix = _tenants(o["tenants"], float(o["ttft_slo"]), float(o["tbt_slo"]))  # type: ignore[arg-type]
     try:
         params = Params(**{k: float(o[k]) if k in _EXPLICIT_KNOBS else o[k] for k in PARAM_BOUNDS})  # type: ignore[arg-type]
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-    base = RunSpec(policy=policies[0], rps=rps[0], seed=0, workload=str(o["workload"]), arrival=str(o["arrival"]),
+    base = RunSpec(policy=policies[0], rps=rps[0], seed=0, workload=workload, arrival=str(o["arrival"]),
                    duration_s=float(o["duration"]), model=str(o["model"]), hardware=str(o["hardware"]),
                    block_size=int(o["block_size"]), max_num_seqs=int(o["max_num_seqs"]),
                    max_num_batched_tokens=int(o["max_num_batched_tokens"]), b_xfer=o["b_xfer"], params=params,  # type: ignore[arg-type]

@@ -24,6 +24,15 @@ openai = pytest.importorskip("openai")
 VLLM_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "TOKENIZERS_PARALLELISM": "false"}
 
 
+def group_gone(pgid: int) -> bool:
+    """No process is left in the vLLM child's process group (server, engine core, workers)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
 def cli_env(tmp: Path) -> dict[str, str]:
     from tests.daemon.conftest import base_env
 
@@ -66,9 +75,11 @@ def test_cpu_demo_serves_a_real_client_under_kv_pressure(tmp_path: Path) -> None
         metrics = d.get("/metrics").text
         assert re.search(r"^superinfer_rotations_total [1-9]", metrics, re.M)
         assert 'superinfer_requests_rejected_total{reason="unknown_model",tenant="chat"} 1.0' in metrics
+        child = s["engine"]["pid"]
     finally:
         code = d.terminate(timeout=180)
     assert code == 0, d.output()[-3000:]
+    assert group_gone(child), "vLLM's processes outlived the daemon"
     c = json.loads((d.state_dir / "state.json").read_text())["counters"]
     assert c["failed"] == 0 and c["arrived"] == c["finished"] + c["rejected"] + c["aborted"], c
     assert json.loads((d.state_dir / "state.json").read_text())["error"] is None
@@ -103,3 +114,5 @@ def test_an_engine_that_dies_while_serving_is_reported(tmp_path: Path) -> None:
     assert saved["error"].startswith("vLLM was killed by SIGKILL")
     with pytest.raises(httpx.HTTPError):
         httpx.get(d.url + "/healthz", timeout=2)  # it exited: nothing answers for a dead engine
+    # the server was killed, not its engine core and workers: the daemon ended them too
+    assert group_gone(child), "vLLM's engine core outlived its server and the daemon"

@@ -1,6 +1,9 @@
 """The vLLM child process of the ``vllm`` backend: its command line, its output, its end, its counters.
 
-Invariants: the child listens on loopback only and dies with the daemon (``PR_SET_PDEATHSIG``); every
+Invariants: the child listens on loopback only and dies with the daemon (``PR_SET_PDEATHSIG``); it leads
+its own process group, so a terminal's Ctrl-C reaches only the daemon (which drains first) and
+:meth:`EngineChild.stop` ends vLLM's engine core and workers with it, even when the server itself died
+(they would otherwise live on, holding the model's memory); every
 line it writes reaches the daemon's stderr (:class:`~superinfer.daemon.engine_log.OutputPump`), and
 :meth:`EngineChild.failure` names the engine's own root cause, not only its exit status; the plugin's
 counters are read from ``<state-dir>/engine-stats.json``, which RotaScheduler rewrites atomically.
@@ -11,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import json
+import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +27,7 @@ from superinfer.daemon import parallel
 from superinfer.daemon.engine_log import OutputPump, exit_text
 
 STATS_FILE = "engine-stats.json"
+GROUP_GRACE_S = 10.0  # how long vLLM's own processes may take to exit after the server, before SIGKILL
 
 
 def free_port() -> int:
@@ -83,7 +89,7 @@ class EngineChild:
         env = {**env, "SUPERINFER_STATS_FILE": str(self.stats_path), "PYTHONUNBUFFERED": "1"}
         self.stats_path.unlink(missing_ok=True)  # a previous run's counters are not this one's
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     preexec_fn=_die_with_parent)
+                                     preexec_fn=_die_with_parent, start_new_session=True)
         self.pump = OutputPump(self.proc.stdout)
 
     @property
@@ -110,14 +116,33 @@ class EngineChild:
             return None
         return data if isinstance(data, dict) else None
 
+    def _signal_group(self, sig: int) -> bool:
+        """Send ``sig`` to the child's process group; False when nothing of it is left."""
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
     async def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        """SIGTERM the server and its group, wait; then whatever of the group is left gets SIGKILL."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self._signal_group(signal.SIGTERM)
             try:
                 await asyncio.to_thread(self.proc.wait, 30)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                self._signal_group(signal.SIGKILL)
                 await asyncio.to_thread(self.proc.wait, 10)
+        else:
+            self._signal_group(signal.SIGTERM)  # the server died: its engine core and workers did not
+        deadline = time.monotonic() + GROUP_GRACE_S
+        while self._signal_group(0) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        self._signal_group(signal.SIGKILL)
 
 
 def plugin_view(stats: dict[str, Any] | None) -> dict[str, Any]:

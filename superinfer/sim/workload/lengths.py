@@ -9,6 +9,7 @@ published, ``μ = ln(median)`` and ``σ = sqrt(2·ln(mean/median))`` reproduce b
 | ``code`` | median 1469, mean 2048 -> μ 7.292, σ 0.815 | median 13, mean 28 -> μ 2.565, σ 1.239 | Azure LLM inference trace 2023, code (same sources) |
 | ``sharegpt`` | mean 161.3, σ 1.0 (assumed) | mean 338.0, σ 1.0 (assumed) | vLLM paper (Kwon et al., SOSP 2023, §6.1): ShareGPT mean input 161.31, output 337.99 tokens; no median published |
 | ``lmsys`` | mean 69.5, σ 1.0 (assumed) | mean 214.5, σ 1.0 (assumed) | LMSYS-Chat-1M (Zheng et al., ICLR 2024, arXiv:2309.11998, Table 1): 69.5 tokens per prompt, 214.5 per response |
+| ``reasoning`` | median 134, mean 1055 -> μ 4.898, σ 2.031 | median 974, mean 1520 -> μ 6.881, σ 0.944 | ServeGen DeepSeek-R1 production traffic (Alibaba, arXiv 2505.09999; ``../shared/data/servegen/``): every client's window PMFs weighted by the window's rate, 1.04 M requests in the day; measured log-std 1.85 (prompts) and 0.91 (outputs), output p99 10,017, max 32,768 |
 | ``long-context`` | mean 7590, σ 1.0 (assumed) -> μ 8.435 | mean 182, σ 1.0 (assumed) -> μ 4.704 | Mooncake/Kimi open trace means (kvcache-ai/Mooncake README, "open source trace"; Qin et al., arXiv:2407.00079); σ is our assumption, no median is published |
 
 Only the median and mean are matched; the real conversation prompts have a heavier left tail than this
@@ -81,6 +82,11 @@ LENGTHS: dict[str, LengthDist] = {
         "lmsys", LogNormal.from_mean_sigma(69.5, 1.0), LogNormal.from_mean_sigma(214.5, 1.0),
         "LMSYS-Chat-1M (Zheng et al., ICLR 2024, arXiv:2309.11998, Table 1): 69.5 tokens per prompt, 214.5 per"
         " response; sigma 1.0 assumed"),
+    "reasoning": LengthDist(
+        "reasoning", LogNormal.from_median_mean(134, 1055), LogNormal.from_median_mean(974, 1520),
+        "ServeGen DeepSeek-R1 production traffic (Alibaba, arXiv 2505.09999; ../shared/data/servegen/), 48 clients"
+        " over a day, each window's PMFs weighted by its rate (1.04 M requests): prompt median 134 / mean 1055,"
+        " output median 974 / mean 1520 (p99 10,017)"),
     "long-context": LengthDist(
         "long-context", LogNormal.from_mean_sigma(7590, 1.0), LogNormal.from_mean_sigma(182, 1.0),
         "Mooncake open trace (kvcache-ai/Mooncake README; arXiv:2407.00079): mean input 7590, mean output 182;"

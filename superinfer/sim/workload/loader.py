@@ -7,6 +7,7 @@ import os
 import numpy as np
 
 from superinfer.sim.workload import arrivals as arrival_processes
+from superinfer.sim.workload import servegen
 from superinfer.sim.workload.lengths import LENGTHS
 from superinfer.sim.workload.readers import FORMATS, TraceData, read_trace
 from superinfer.sim.workload.spec import Workload, WorkloadError
@@ -71,7 +72,7 @@ def _trace_workload(trace: TraceData, arrival: str, params: tuple[float, ...], r
 
 def load_workload(spec: str, arrival: str = "poisson", rps: float | None = None, duration_s: float | None = 120.0,
                   seed: int = 0, skip_bad: bool = False, tenants: dict[str, float] | None = None,
-                  max_len: int | None = None) -> Workload:
+                  max_len: int | None = None, start_s: float | None = None) -> Workload:
     """Build the workload the simulator replays.
 
     ``spec``: a synthetic name (``chat``, ``code``, ``long-context``) or a trace path, format detected from
@@ -81,7 +82,8 @@ def load_workload(spec: str, arrival: str = "poisson", rps: float | None = None,
     window ``[0, duration_s)`` holds ``rps·duration_s`` requests). Synthetic arrivals with a trace keep the
     trace's lengths (drawn at random) and need ``rps`` unless the trace has arrival times.
     ``duration_s=None`` with ``trace`` keeps the whole trace. ``tenants``: name -> weight, drawn per
-    request. ``max_len``: clip prompt + output to the model length. Everything random derives from
+    request. ``max_len``: clip prompt + output to the model length. ``servegen:DIR[@S]``: production traffic
+    per client (:mod:`.servegen`) from ``start_s`` (or ``S``; default: the busiest window). Everything random derives from
     ``seed`` (independent streams for arrivals, lengths and tenants, so changing the tenant mix does not
     move arrivals).
     """
@@ -95,7 +97,15 @@ def load_workload(spec: str, arrival: str = "poisson", rps: float | None = None,
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3)]
 
     fmt, path = split_spec(spec.strip())
-    if fmt is None and spec.strip() in LENGTHS:
+    if spec.strip().startswith(servegen.PREFIX):
+        if kind not in ("poisson", "trace"):
+            raise WorkloadError(f"workload {spec!r}: ServeGen traffic brings its own arrivals (each client's fitted "
+                                f"process); --arrival {arrival} does not apply")
+        if duration_s is None:
+            raise WorkloadError("duration: a ServeGen workload needs a duration in seconds")
+        directory, at = servegen.split_spec(spec.strip())
+        w = servegen.servegen_workload(directory, rps, duration_s, start_s if start_s is not None else at, rngs)
+    elif fmt is None and spec.strip() in LENGTHS:
         name = spec.strip()
         if kind == "trace":
             raise WorkloadError(f"workload {name!r} is synthetic: --arrival trace needs a trace file")
