@@ -7,7 +7,16 @@ Imports neither torch nor vLLM. Engine adapters (``superinfer.sim``, ``superinfe
 from superinfer.core.blocks import BlockPool, KVLedger, PoolExhausted
 from superinfer.core.budget import B_XFER_BOUNDS, b_xfer_blocks, batch_token_budget, slo_token_budget
 from superinfer.core.planner import nothing_to_plan
-from superinfer.core.policies import ENGINE_POLICIES, POLICIES, ROTATING_POLICIES, Policy, core_policy_name, get_policy, ranking
+from superinfer.core.policies import (
+    ENGINE_POLICIES,
+    HBM_ONLY_POLICIES,
+    POLICIES,
+    ROTATING_POLICIES,
+    Policy,
+    core_policy_name,
+    get_policy,
+    ranking,
+)
 from superinfer.core.state import EngineState, Finished, Moves, Sampled
 from superinfer.core.table import RequestTable
 from superinfer.core.types import (
@@ -32,6 +41,7 @@ __all__ = [
     "INTEGER_PARAMS",
     "PARAM_DEFAULTS",
     "ENGINE_POLICIES",
+    "HBM_ONLY_POLICIES",
     "FRESH_RESIDENCY",
     "PARAM_BOUNDS",
     "POLICIES",

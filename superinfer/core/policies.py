@@ -20,6 +20,8 @@
                whose VLT exceeds its own by more than ``rotation_margin_s``; waiting requests already
                past their TTFT SLO rank after the others and never displace (``hopeless_last``).
                Forced victims, budgets and the FCFS fallback are ``lvf-paper``'s.
+``lvf-hbm``    (an engine variant) ``lvf`` on an engine with no host tier: every victim's KV is
+               recomputed. Beside ``lvf`` it says what rotation itself adds.
 ============== ===================================================================================
 """
 
@@ -208,12 +210,15 @@ POLICIES: dict[str, Policy] = {
 }
 ALIASES = {"vllm": "fcfs"}
 #: Names an engine accepts: the core's policies plus variants of the engine around them (``vllm`` is
-#: ``fcfs``; ``lvf-nooverlap`` is ``lvf`` on a transfer engine without overlap or duplex).
+#: ``fcfs``; ``lvf-nooverlap`` is ``lvf`` on a transfer engine without overlap or duplex; ``lvf-hbm`` is
+#: ``lvf`` with no host tier).
 ENGINE_POLICIES = ("vllm", "fcfs", "vllm-offload", "priority", "sarathi", "sjf", "lvf", "lvf-paper",
-                   "lvf-nooverlap")
+                   "lvf-nooverlap", "lvf-hbm")
+#: Engine policies that run their core policy with no host tier (no DRAM pool, no transfer budget).
+HBM_ONLY_POLICIES = ("lvf-hbm",)
 #: Core policies that rotate KV through DRAM under a transfer budget (RotaSched and its variants).
 ROTATING_POLICIES = ("lvf", "lvf-paper")
-ENGINE_ALIASES = {**ALIASES, "lvf-nooverlap": "lvf"}
+ENGINE_ALIASES = {**ALIASES, "lvf-nooverlap": "lvf", "lvf-hbm": "lvf"}
 
 
 def core_policy_name(engine_policy: str) -> str:

@@ -84,7 +84,8 @@ def _knob_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--hardware", default="gh200", show_default=True)
 @click.option("--rps", default="35,40,45,50,55,60", show_default=True, help="Comma-separated request rates, or 'trace' with --arrival trace: the trace's own times, unscaled.")
 @click.option("--duration", default=120.0, show_default=True, type=click.FloatRange(min=1.0), help="Seconds of arrivals.")
-@click.option("--policies", default="vllm,vllm-offload,priority,sarathi,sjf,lvf-paper,lvf,lvf-nooverlap", show_default=True)
+@click.option("--policies", default="vllm,vllm-offload,priority,sarathi,sjf,lvf-paper,lvf,lvf-hbm,lvf-nooverlap",
+              show_default=True)
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--ttft-slo", default=5.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
 @click.option("--tbt-slo", default=0.1, show_default=True, type=click.FloatRange(min=0, min_open=True))

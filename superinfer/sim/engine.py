@@ -26,6 +26,7 @@ import numpy as np
 
 from superinfer.core import (
     ENGINE_POLICIES,
+    HBM_ONLY_POLICIES,
     ROTATING_POLICIES,
     Capacity,
     EngineState,
@@ -158,9 +159,10 @@ class Simulator:
         self.slo_budget = self.policy.spec.slo_guards  # RotaSched v2 sizes its iterations to the TBT SLO
         self.hbm_blocks = (cm.hbm_kv_blocks(cfg.max_num_batched_tokens) if cfg.hbm_blocks is None
                            else int(cfg.hbm_blocks))
-        uses_dram = core_name in ROTATING_POLICIES or core_name == "vllm-offload"
+        uses_dram = (core_name in ROTATING_POLICIES or core_name == "vllm-offload") and \
+            cfg.policy not in HBM_ONLY_POLICIES
         self.dram_blocks = (cm.dram_blocks() if cfg.dram_blocks is None else cfg.dram_blocks) if uses_dram else 0
-        if core_name in ROTATING_POLICIES:
+        if core_name in ROTATING_POLICIES and uses_dram:
             b = cfg.b_xfer if cfg.b_xfer is not None else cm.default_b_xfer(reference_iteration_s(cm, cfg.max_num_seqs))
         elif core_name == "vllm-offload":
             b = UNBOUNDED  # vLLM's offloading connector has no transfer budget

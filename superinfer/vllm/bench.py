@@ -218,7 +218,7 @@ _ENGINE_OPTIONS = [
     click.option("--rps", default=4.0, show_default=True, type=click.FloatRange(min=0, min_open=True)),
     click.option("--duration", default=30.0, show_default=True, type=click.FloatRange(min=1.0), help="Seconds of arrivals."),
     click.option("--drain", default=60.0, show_default=True, type=click.FloatRange(min=0)),
-    click.option("--policies", default="vllm,vllm-priority,lvf-paper,lvf", show_default=True),
+    click.option("--policies", default="vllm,vllm-priority,lvf-paper,lvf,lvf-hbm", show_default=True),
     click.option("--seeds", default=2, show_default=True, type=click.IntRange(1, 100)),
     click.option("--ttft-slo", default=None, type=click.FloatRange(min=0, min_open=True), help="Seconds (else --slo-scale)."),
     click.option("--tbt-slo", default=None, type=click.FloatRange(min=0, min_open=True), help="Seconds (else --slo-scale)."),

@@ -31,8 +31,10 @@ ENGINE_ENV: dict[str, str] = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 #: bench names -> how the engine is configured
-ENGINE_POLICIES = ("vllm", "vllm-priority", "lvf-paper", "lvf")
-ROTA_POLICIES = ("lvf-paper", "lvf")  # RotaScheduler + DuplexKVConnector, core policy of that name
+ENGINE_POLICIES = ("vllm", "vllm-priority", "lvf-paper", "lvf", "lvf-hbm")
+#: RotaScheduler with the DuplexKVConnector and the core policy of that name; ``lvf-hbm``: ``lvf``'s
+#: RotaScheduler without the connector (no host tier: every victim is recomputed)
+ROTA_POLICIES = ("lvf-paper", "lvf", "lvf-hbm")
 
 #: every batch size in tokens that an engine of this process has run, least recently run first. On CPU the
 #: kernels are set up once per shape per *process* (a second engine in the same process runs a shape the first
@@ -63,6 +65,22 @@ class EngineSpec:
 
 
 @contextmanager
+def scoped_env(values: dict[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``values`` set inside the block, as it was outside (a later engine of this
+    process must not inherit one engine's scheduler settings)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextmanager
 def owned_llm(make: Callable[[], Any]) -> Iterator[Any]:
     """The ``vllm.LLM`` that ``make()`` builds, shut down on exit: its engine core, then its memory, then
     vLLM's distributed state (so that the next engine in this process starts clean)."""
@@ -87,24 +105,32 @@ def open_engine(spec: EngineSpec, workdir: Path) -> Iterator[Any]:
     kwargs: dict[str, Any] = {}
     if spec.policy == "vllm-priority":
         kwargs["scheduling_policy"] = "priority"
+    env: dict[str, str] = {}
     if spec.policy in ROTA_POLICIES:
-        from superinfer.vllm.params import write_params
+        from superinfer.core import HBM_ONLY_POLICIES, core_policy_name
+        from superinfer.vllm.params import ENV_CALIBRATION, ENV_PARAMS_FILE, write_params
+        from superinfer.vllm.scheduler import ENV_POLICY
 
         pf = workdir / "params.json"
         write_params(pf, spec.params)
-        extra: dict[str, Any] = {"params_file": str(pf), "policy": spec.policy}
-        if spec.host_blocks:
-            extra["host_blocks"] = spec.host_blocks
-        if spec.load:
-            extra["load"] = spec.load
-        if spec.calibration:
-            extra["calibration"] = spec.calibration
         kwargs["scheduler_cls"] = "superinfer.vllm.RotaScheduler"
-        kwargs["kv_transfer_config"] = {"kv_connector": "DuplexKVConnector", "kv_connector_module_path": "superinfer.vllm",
-                                        "kv_role": "kv_both", "kv_connector_extra_config": extra}
+        if spec.policy in HBM_ONLY_POLICIES:  # no connector: the scheduler reads its settings from the env
+            env = {ENV_POLICY: core_policy_name(spec.policy), ENV_PARAMS_FILE: str(pf)}
+            if spec.calibration:
+                env[ENV_CALIBRATION] = spec.calibration
+        else:
+            extra: dict[str, Any] = {"params_file": str(pf), "policy": spec.policy}
+            if spec.host_blocks:
+                extra["host_blocks"] = spec.host_blocks
+            if spec.load:
+                extra["load"] = spec.load
+            if spec.calibration:
+                extra["calibration"] = spec.calibration
+            kwargs["kv_transfer_config"] = {"kv_connector": "DuplexKVConnector", "kv_connector_module_path":
+                                            "superinfer.vllm", "kv_role": "kv_both", "kv_connector_extra_config": extra}
     if spec.scheduler_cls:
         kwargs["scheduler_cls"] = spec.scheduler_cls
-    with owned_llm(lambda: LLM(model=spec.model, dtype=spec.dtype, seed=0, block_size=spec.block_size,
+    with scoped_env(env), owned_llm(lambda: LLM(model=spec.model, dtype=spec.dtype, seed=0, block_size=spec.block_size,
                                max_model_len=spec.max_model_len, num_gpu_blocks_override=spec.num_blocks,
                                enforce_eager=True, max_num_seqs=spec.max_num_seqs,
                                max_num_batched_tokens=spec.max_num_batched_tokens, disable_log_stats=False,

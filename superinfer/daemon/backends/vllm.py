@@ -32,6 +32,7 @@ from superinfer.daemon.backends.vllm_child import (
     STATS_FILE,
     EngineChild,
     free_port,
+    plugin_env,
     plugin_view,
     served_default,
     vllm_command,
@@ -128,6 +129,7 @@ class VllmBackend(Backend):
         except ValueError as exc:
             raise StartError(str(exc), code=2) from None
         parallel.export_layout(host.metrics.registry, self.tp, self.pp)
+        env.update(plugin_env(self.cfg.get("scheduler", "policy")))
         cmd = self.command(port, host.store.path)
         log.info("starting vLLM on %s: %s", self.engine_url, " ".join(cmd))
         log.info("serving model %r (from %s): clients send \"model\": %s", self.served, self.model_path,

@@ -23,10 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from superinfer.core import HBM_ONLY_POLICIES, core_policy_name
 from superinfer.daemon import parallel
 from superinfer.daemon.engine_log import OutputPump, exit_text
 
 STATS_FILE = "engine-stats.json"
+ENV_POLICY = "SUPERINFER_POLICY"  # superinfer.vllm.scheduler.ENV_POLICY (that module imports vLLM)
 GROUP_GRACE_S = 10.0  # how long vLLM's own processes may take to exit after the server, before SIGKILL
 
 
@@ -54,15 +56,17 @@ def vllm_command(get: Any, model_path: str, served: str, port: int, params_file:
     """``python -m vllm.entrypoints.openai.api_server ...`` for the profile's ``[engine]`` (``get(section, key)``)."""
     g = get
     policy = g("scheduler", "policy")
-    extra: dict[str, Any] = {"params_file": str(params_file), "policy": policy if policy != "vllm" else "fcfs"}
-    if block_bytes:  # dram_gib is the whole engine's pool: each of the world's workers gets its share
-        extra["host_blocks"] = max(1, int(g("engine", "dram_gib") * (1 << 30)) // (world * block_bytes))
-    ktc = {"kv_connector": "DuplexKVConnector", "kv_connector_module_path": "superinfer.vllm",
-           "kv_role": "kv_both", "kv_connector_extra_config": extra}
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path,
            "--served-model-name", served, "--host", "127.0.0.1", "--port", str(port),
-           "--scheduler-cls", "superinfer.vllm.RotaScheduler", "--kv-transfer-config", json.dumps(ktc),
-           "--no-async-scheduling", "--block-size", str(g("engine", "block_size")),
+           "--scheduler-cls", "superinfer.vllm.RotaScheduler"]
+    if policy not in HBM_ONLY_POLICIES:  # lvf-hbm: no connector, no host tier (plugin_env names the policy)
+        extra: dict[str, Any] = {"params_file": str(params_file), "policy": core_policy_name(policy)}
+        if block_bytes:  # dram_gib is the whole engine's pool: each of the world's workers gets its share
+            extra["host_blocks"] = max(1, int(g("engine", "dram_gib") * (1 << 30)) // (world * block_bytes))
+        ktc = {"kv_connector": "DuplexKVConnector", "kv_connector_module_path": "superinfer.vllm",
+               "kv_role": "kv_both", "kv_connector_extra_config": extra}
+        cmd += ["--kv-transfer-config", json.dumps(ktc)]
+    cmd += ["--no-async-scheduling", "--block-size", str(g("engine", "block_size")),
            "--max-num-seqs", str(g("engine", "max_num_seqs")),
            "--max-num-batched-tokens", str(g("engine", "max_num_batched_tokens")),
            "--dtype", g("engine", "dtype"), "--gpu-memory-utilization", str(g("engine", "gpu_memory_utilization"))]
@@ -75,6 +79,11 @@ def vllm_command(get: Any, model_path: str, served: str, port: int, params_file:
     if g("engine", "enforce_eager"):
         cmd.append("--enforce-eager")
     return cmd + parallel.vllm_args(tp, pp, executor)
+
+
+def plugin_env(policy: str) -> dict[str, str]:
+    """What the plugin reads from its environment: the core policy when no connector carries it."""
+    return {ENV_POLICY: core_policy_name(policy)} if policy in HBM_ONLY_POLICIES else {}
 
 
 class EngineChild:

@@ -1,0 +1,47 @@
+"""What the vllm backend gives vLLM for each scheduling policy: the core policy in the DuplexKV connector's
+settings, or (``lvf-hbm``) no connector and the policy in the plugin's environment. No engine is started."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from superinfer.daemon.backends.vllm_child import ENV_POLICY, plugin_env, vllm_command
+
+
+def command(policy: str) -> list[str]:
+    values = {("scheduler", "policy"): policy, ("engine", "dram_gib"): 1.0, ("engine", "block_size"): 32,
+              ("engine", "max_num_seqs"): 8, ("engine", "max_num_batched_tokens"): 512, ("engine", "dtype"): "float32",
+              ("engine", "gpu_memory_utilization"): 0.9, ("engine", "kv_cache_gib"): 0.5, ("engine", "max_model_len"): 0,
+              ("engine", "num_gpu_blocks_override"): 0, ("engine", "enforce_eager"): True}
+    return vllm_command(lambda s, k: values[(s, k)], "/m/tiny", "tiny", 8000, Path("/s/params.json"), 32768,
+                        1, 1, 1, "mp")
+
+
+def connector(cmd: list[str]) -> dict | None:
+    return json.loads(cmd[cmd.index("--kv-transfer-config") + 1]) if "--kv-transfer-config" in cmd else None
+
+
+@pytest.mark.parametrize("policy, core", [("lvf", "lvf"), ("vllm", "fcfs"), ("lvf-nooverlap", "lvf"),
+                                          ("lvf-paper", "lvf-paper"), ("sarathi", "sarathi")])
+def test_the_connector_carries_the_core_policy(policy: str, core: str) -> None:
+    cmd = command(policy)
+    extra = connector(cmd)["kv_connector_extra_config"]
+    assert extra["policy"] == core and extra["host_blocks"] == (1 << 30) // 32768
+    assert plugin_env(policy) == {}
+    assert cmd[cmd.index("--kv-cache-memory-bytes") + 1] == str(1 << 29)
+
+
+def test_lvf_hbm_runs_without_a_connector() -> None:
+    cmd = command("lvf-hbm")
+    assert connector(cmd) is None and "superinfer.vllm.RotaScheduler" in cmd
+    assert plugin_env("lvf-hbm") == {ENV_POLICY: "lvf"}
+
+
+def test_the_env_name_is_the_plugins() -> None:
+    pytest.importorskip("vllm")
+    from superinfer.vllm.scheduler import ENV_POLICY as PLUGIN_ENV_POLICY
+
+    assert ENV_POLICY == PLUGIN_ENV_POLICY
