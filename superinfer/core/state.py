@@ -11,7 +11,7 @@ The simulator and the property tests drive a request through its life with four 
 The request columns and their state changes are :class:`~superinfer.core.table.RequestTable`'s (the
 vLLM plugin keeps the same table); this class adds the ledger that owns block counts, the counters and
 admission control. Invariants (``check()``): every request that ever arrived is
-live, finished or rejected-with-reason; live rows mirror the ledger's block counts; a request with
+live, finished, rejected-with-reason, aborted or shed; live rows mirror the ledger's block counts; a request with
 computed tokens holds them in HBM or DRAM.
 """
 
@@ -85,6 +85,8 @@ class Counters:
     finished: int = 0
     rejected: int = 0
     aborted: int = 0
+    shed: int = 0  # no first token by the tenant's deadline (shed_expired)
+    shed_with_kv: int = 0  # of those, how many held KV by then
     preemptions: int = 0
     rotations: int = 0
     recompute_fallbacks: int = 0
@@ -149,6 +151,24 @@ class EngineState(RequestTable):
             raise KeyError(f"abort: unknown request {req_id}")
         self.counters.aborted += 1
         self._retire(req_id)
+
+    def shed_expired(self, now: float, max_queue_s: np.ndarray) -> list[int]:
+        """Shed every request still without a first token after its tenant's deadline
+        (``now - t_arr > max_queue_s[tenant]``), as a client's timeout would drop it; its blocks in both tiers
+        are freed. ``counters.shed_with_kv`` counts those that held KV by then (work spent for nothing:
+        what early shedding is meant to avoid). Returns the shed ids, in row order."""
+        rows = self.live_rows()
+        if not rows.shape[0]:
+            return []
+        late = (self.outputs[rows] == 0) & (now - self.t_arr[rows] > max_queue_s[self.tenant[rows]])
+        late_rows = rows[late]
+        ids = self.req_id[late_rows].tolist()
+        held = (self.num_computed[late_rows] > 0) | (self.blocks_hbm[late_rows] > 0) | (self.blocks_dram[late_rows] > 0)
+        self.counters.shed += len(ids)
+        self.counters.shed_with_kv += int(held.sum())
+        for rid in ids:
+            self._retire(rid)
+        return ids
 
     # ---- planning inputs ---------------------------------------------------------------------
     def capacity(self, b_xfer: int, token_budget: int, max_num_seqs: int, sync_loads: bool = False) -> Capacity:
@@ -273,10 +293,10 @@ class EngineState(RequestTable):
         """Raise ``RuntimeError`` if the table and ledger disagree or a request was lost."""
         self.ledger.check()
         c = self.counters
-        if c.arrived != c.finished + c.rejected + c.aborted + len(self):
+        if c.arrived != c.finished + c.rejected + c.aborted + c.shed + len(self):
             raise RuntimeError(
                 f"conservation: arrived {c.arrived} != finished {c.finished} + rejected {c.rejected} "
-                f"+ aborted {c.aborted} + live {len(self)}"
+                f"+ aborted {c.aborted} + shed {c.shed} + live {len(self)}"
             )
         for rid, r in self._row.items():
             dev, host, synced = self.ledger.blocks(rid)

@@ -64,12 +64,17 @@ class Tenant:
     tbt_slo: float = 0.1
     weight: float = 1.0
     priority: int = 0
+    # first-token deadline: a request that has waited this long without holding KV is shed (inf: never)
+    max_queue_s: float = math.inf
 
     def __post_init__(self) -> None:
         for name in ("ttft_slo", "tbt_slo"):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"tenant {self.name!r}: {name} must be a finite number > 0, got {value!r}")
+        if math.isnan(self.max_queue_s) or self.max_queue_s <= 0:
+            raise ValueError(f"tenant {self.name!r}: max_queue_s must be > 0 (inf: no deadline), "
+                             f"got {self.max_queue_s!r}")
         if not math.isfinite(self.weight) or self.weight < 1:
             raise ValueError(f"tenant {self.name!r}: weight must be >= 1, got {self.weight!r}")
 
@@ -87,6 +92,7 @@ class TenantTable:
         self.ttft_slo = np.array([t.ttft_slo for t in tenants], dtype=np.float64)
         self.tbt_slo = np.array([t.tbt_slo for t in tenants], dtype=np.float64)
         self.weight = np.array([t.weight for t in tenants], dtype=np.float64)
+        self.max_queue_s = np.array([t.max_queue_s for t in tenants], dtype=np.float64)
 
     def __len__(self) -> int:
         return len(self.tenants)

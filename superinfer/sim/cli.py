@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
 from typing import Any, Callable
 
 import click
@@ -90,6 +91,10 @@ def _knob_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--ttft-slo", default=5.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
 @click.option("--tbt-slo", default=0.1, show_default=True, type=click.FloatRange(min=0, min_open=True))
 @click.option("--tenants", default=None, help="name:ttft_s:tbt_s:weight:share,... (overrides the SLO options)")
+@click.option("--max-queue-s", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="First-token deadline of every tenant, applied to every policy alike (a client's timeout): "
+                   "a request that waited this long without holding KV is shed, a miss of both SLOs. "
+                   "Default: none.")
 @click.option("--alpha", default=3.0, show_default=True, type=float)
 @click.option("--delta-b", default=0.0, show_default=True, type=float)
 @click.option("--delta-f", default=0.5, show_default=True, type=float)
@@ -130,6 +135,8 @@ def bench_sim(**o: object) -> None:
             raise click.BadParameter("only a servegen:DIR workload has a start in the day", param_hint="--start-s")
         workload = f"{workload}@{o['start_s']:g}"
     tenants, mix = _tenants(o["tenants"], float(o["ttft_slo"]), float(o["tbt_slo"]))  # type: ignore[arg-type]
+    if o["max_queue_s"] is not None:
+        tenants = TenantTable([replace(t, max_queue_s=float(o["max_queue_s"])) for t in tenants.tenants])
     try:
         params = Params(**{k: float(o[k]) if k in _EXPLICIT_KNOBS else o[k] for k in PARAM_BOUNDS})  # type: ignore[arg-type]
     except ValueError as exc:

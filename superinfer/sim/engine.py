@@ -125,6 +125,7 @@ class Trace:
     dram_blocks: int = 0
     b_xfer_blocks: int = 0
     block_bytes: int = 0
+    t_shed: np.ndarray | None = None  # when a request was shed at its first-token deadline (NaN: not shed)
 
 
 @dataclass
@@ -170,6 +171,7 @@ class Simulator:
             b = 0
         self.b_xfer = int(b)
         self._tightest_tbt = float(cfg.tenants.tbt_slo.min())
+        self._deadlines = bool(np.isfinite(cfg.tenants.max_queue_s).any())
         self.state = EngineState(self.hbm_blocks, self.dram_blocks, cm.block_size, grow=max(1024, len(workload)))
         self.max_h2d = self.max_d2h = self.max_used = 0
         # batch sizes in tokens set up now, least recently run first (HostCosts.new_shape_s, shape_capacity)
@@ -204,6 +206,11 @@ class Simulator:
                      pred_remaining=float(self.pred[i]))
             self._next += 1
         return self._next - first
+
+    def shed(self, now: float) -> list[int]:
+        """Shed the requests still without a first token at their tenant's deadline (``max_queue_s``,
+        applied to every policy alike, as a client's timeout would be); their ids."""
+        return self.state.shed_expired(now, self.cfg.tenants.max_queue_s) if self._deadlines else []
 
     def token_budget(self) -> int:
         """``max_num_batched_tokens``, or for RotaSched v2 the SLO-aware budget: prefill cut so that an
@@ -285,6 +292,7 @@ class Simulator:
         window_tokens = -1
         tokens = 0
         t_first, t_end, last_token = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+        t_shed = np.full(n, np.nan)
         outputs, rotations = np.zeros(n, np.int64), np.zeros(n, np.int64)
         gaps: list[np.ndarray] = []
         gap_tenant: list[np.ndarray] = []
@@ -294,6 +302,7 @@ class Simulator:
             arrived = self._arrive(now)
             if arrived and self.cfg.host.arrival_s > 0:
                 now += arrived * self.cfg.host.arrival_s  # the engine loop processes them before the step
+            t_shed[self.shed(now)] = now
             if len(st) == 0:
                 if self._next >= n:
                     break
@@ -323,6 +332,7 @@ class Simulator:
             t_arr=w.arrival_s.copy(),
             t_first=t_first,
             t_end=t_end,
+            t_shed=t_shed,
             outputs=outputs,
             last_token=last_token,
             rotations=rotations,
