@@ -66,6 +66,9 @@ def start(profile, profile_file, backend, host, port, device, engine_port, state
 
     try:
         code = run(cfg)
+    except KeyboardInterrupt:  # before the serving loop handles signals (preflight, the tiny build)
+        click.echo("superinferd: interrupted before serving started", err=True)
+        sys.exit(130)
     except AlreadyRunning as exc:
         click.echo(f"superinferd: {exc}", err=True)
         sys.exit(EXIT_FAIL)

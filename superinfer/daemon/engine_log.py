@@ -19,56 +19,71 @@ import threading
 from typing import IO
 
 MAX_CAUSE = 300
-_PREFIX = re.compile(r"^\((?:[\w-]+(?: [\w-]+)*) pid=\d+\)\s*")
+MAX_LINE = 1 << 16  # bytes read at once: binary or newline-less output cannot grow memory
+_PREFIX = re.compile(r"^\((?:[\w-]+(?: [\w-]+)*) pid=(?P<pid>\d+)\)\s*")
 _LEVEL = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] ?")
-_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure)\b(?::.*)?$")
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure|Failed)"
+                        r"(?:\([\w.]+\))?(?::.*)?$")
 _DETAIL_AFTER = ("validation error",)  # pydantic: the message is on the next, indented line
 
 
 def strip_prefixes(line: str) -> tuple[str, str | None]:
     """A line without vLLM's process and logger prefixes, and its level (None if it had none)."""
-    line = _PREFIX.sub("", line.rstrip("\n"))
+    return _split(line)[1:]
+
+
+def _split(line: str) -> tuple[str, str, str | None]:
+    """(the process's pid, or "" without a prefix; the text; its log level or None)."""
+    line = line.rstrip("\r\n")
+    p = _PREFIX.match(line)
+    pid = p.group("pid") if p else ""
+    line = line[p.end():] if p else line
     m = _LEVEL.match(line)
     if m is None:
-        return line, None
-    return line[m.end():], m.group("level")
+        return pid, line, None
+    return pid, line[m.end():], m.group("level")
 
 
 class RootCause:
     """Reads the child's lines one by one; :attr:`line` is the root cause once one is seen.
 
     Preference: the exception line ending the first traceback (with pydantic's detail line appended);
-    failing that, the first ``ERROR``/``CRITICAL`` log line."""
+    failing that, the first ``ERROR``/``CRITICAL`` log line. Tracebacks are followed per process (the
+    ``pid=`` prefix), so processes writing at once do not cut each other's short. :meth:`reset` forgets
+    everything (the engine became ready: a later crash has a cause of its own)."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
         self.exception: str | None = None
         self.first_error: str | None = None
-        self._in_traceback = False
-        self._want_detail = False
+        self._in_traceback: set[str] = set()  # pids whose traceback is being read
+        self._want_detail: str | None = None  # the pid whose next line completes a pydantic error
 
     @property
     def line(self) -> str | None:
         return self.exception or self.first_error
 
     def feed(self, raw: str) -> None:
-        text, level = strip_prefixes(raw)
-        if self._want_detail:
-            self._want_detail = False
+        pid, text, level = _split(raw)
+        if self._want_detail is not None and self._want_detail == pid:
+            self._want_detail = None
             if text.strip():
                 self.exception = _cap(f"{self.exception}: {text.strip()}")
                 return
         if self.exception is not None:
             return
         if text.startswith("Traceback (most recent call last)"):
-            self._in_traceback = True
+            self._in_traceback.add(pid)
             return
-        if self._in_traceback:
+        if pid in self._in_traceback:
             if not text or text[0].isspace():
                 return  # a frame, its source line or a caret line
             if _EXCEPTION.match(text):
                 self.exception = _cap(text)
-                self._want_detail = any(s in text for s in _DETAIL_AFTER)
-            self._in_traceback = False
+                self._want_detail = pid if any(s in text for s in _DETAIL_AFTER) else None
+            self._in_traceback.discard(pid)
             return
         if level in ("ERROR", "CRITICAL") and self.first_error is None and text.strip():
             self.first_error = _cap(text.strip())
@@ -100,7 +115,7 @@ class OutputPump:
         self._thread.start()
 
     def _run(self) -> None:
-        for raw in iter(self._stream.readline, b""):
+        for raw in iter(lambda: self._stream.readline(MAX_LINE), b""):  # a longer line arrives in pieces
             try:
                 self._sink.write(raw)
                 self._sink.flush()

@@ -5,8 +5,8 @@ host would run out of memory), returns a :class:`Problem`: one line naming the k
 host has, and a value that would work. ``superinferd start`` runs them before launching vLLM (exit 2,
 nothing launched); ``superinferd config check`` runs them alone.
 
-The memory view copies vLLM's own (``vllm/utils/cpu_resource_utils.py``: NUMA node 0's free + file
-cache + reclaimable slab, clamped to the cgroup's limit), so a check passes exactly when vLLM's does.
+Host memory and GPU memory are read as vLLM reads them (:mod:`superinfer.daemon.hostinfo`), so a check
+passes when vLLM's does.
 What the engine needs besides KV and weights (:data:`RUNTIME_GIB`) was measured: the tiny model's API
 server, engine core and worker on CPU took 1.66 GiB of MemAvailable with a 0.25 GiB KV cache, so ~1.4 GiB
 (2026-12-04, vLLM 0.32). On CUDA the context and the activation peak vLLM profiles are assumed, not measured.
@@ -20,6 +20,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from superinfer.core import HBM_ONLY_POLICIES
+from superinfer.daemon.hostinfo import gpu_memory, host_memory
+
 GIB = 1 << 30
 #: memory vLLM's processes take beyond weights and KV, GiB (CPU: measured, see above; CUDA: the context
 #: and activation peak per GPU, assumed)
@@ -27,6 +30,8 @@ RUNTIME_GIB = {"cpu": 1.5, "cuda": 1.5}
 #: the KV block granularity of each device's attention backend (vLLM 0.32
 #: ``get_supported_kernel_block_sizes``: cpu_attn ``MultipleOf(32)``; flash_attn/triton_attn ``MultipleOf(16)``)
 BLOCK_MULTIPLE = {"cpu": 32, "cuda": 16}
+#: rope scalings whose ``factor`` stretches the length vLLM derives from max_position_embeddings
+SCALED_ROPE = ("linear", "dynamic", "yarn")
 POOL_SHARE = 0.8  # a suggested host pool leaves a fifth of what is free to everything else
 
 
@@ -63,59 +68,9 @@ class ModelFacts:
     notes: tuple[str, ...] = field(default=())
 
 
-def _meminfo(path: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    try:
-        with open(path) as f:
-            for line in f:
-                parts = line.replace("Node 0 ", "").split()
-                if len(parts) >= 2 and parts[1].isdigit():
-                    out[parts[0].rstrip(":")] = int(parts[1]) * 1024
-    except OSError:
-        pass
-    return out
-
-
-def _cgroup_limit() -> tuple[int | None, int]:
-    for limit_f, usage_f in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                             ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
-        try:
-            text = Path(limit_f).read_text().strip()
-        except OSError:
-            continue
-        if not text.isdigit() or int(text) >= 1 << 60:
-            return None, 0
-        try:
-            usage = int(Path(usage_f).read_text().strip())
-        except (OSError, ValueError):
-            usage = 0
-        return int(text), usage
-    return None, 0
-
-
-def host_memory() -> tuple[int, int]:
-    """(total, available) bytes of host memory, as vLLM's CPU worker computes them."""
-    node = _meminfo("/sys/devices/system/node/node0/meminfo")
-    if {"MemTotal", "MemFree", "Active(file)", "Inactive(file)", "SReclaimable"} <= set(node):
-        total = node["MemTotal"]
-        avail = node["MemFree"] + node["Active(file)"] + node["Inactive(file)"] + node["SReclaimable"]
-    else:
-        mem = _meminfo("/proc/meminfo")
-        total, avail = mem.get("MemTotal", 0), mem.get("MemAvailable", mem.get("MemFree", 0))
-    limit, usage = _cgroup_limit()
-    if limit is not None and limit < total:
-        total, avail = limit, min(avail, max(0, limit - usage))
-    return total, avail
-
-
 def host_facts(device: str) -> HostFacts:
-    total, avail = host_memory()
-    gpus: tuple[tuple[int, int], ...] = ()
-    if device == "cuda":
-        import torch
-
-        gpus = tuple(torch.cuda.mem_get_info(i) for i in range(torch.cuda.device_count()))
-    return HostFacts(device, total, avail, gpus)
+    total, avail = host_memory(device)
+    return HostFacts(device, total, avail, gpu_memory() if device == "cuda" else ())
 
 
 def model_facts(model_path: str, block_bytes: int | None) -> ModelFacts:
@@ -129,6 +84,10 @@ def model_facts(model_path: str, block_bytes: int | None) -> ModelFacts:
         c = json.loads((path / "config.json").read_text())
         c = c.get("text_config", c) if isinstance(c.get("text_config"), dict) else c
         max_pos = int(c["max_position_embeddings"]) if "max_position_embeddings" in c else None
+        rope = c.get("rope_scaling") or {}
+        kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
+        if max_pos and kind in SCALED_ROPE and float(rope.get("factor") or 1) > 1:
+            max_pos = int(max_pos * float(rope["factor"]))  # vLLM's derived length (get_max_model_len)
     except (OSError, ValueError, TypeError, AttributeError):
         return ModelFacts(model_path, True, sum(sizes) or None, notes=(f"{path / 'config.json'} is unreadable",))
     return ModelFacts(model_path, True, sum(sizes) or None, max_pos, block_bytes)
@@ -155,7 +114,8 @@ def check(get: Callable[[str, str], Any], host: HostFacts, model: ModelFacts, wo
                            f"of {mult} tokens; try engine.block_size = {max(mult, e('block_size') // mult * mult)}"))
     max_len = e("max_model_len") or model.max_position
     if e("max_model_len") and model.max_position and e("max_model_len") > model.max_position:
-        out.append(Problem("engine.max_model_len", f"{e('max_model_len')} exceeds the model's max_position_embeddings "
+        out.append(Problem("engine.max_model_len", f"{e('max_model_len')} exceeds the model's length "
+                           "(max_position_embeddings, rope-scaled) "
                            f"{model.max_position} ({model.path}/config.json); try engine.max_model_len = "
                            f"{model.max_position} (or 0: the model's own)"))
         max_len = model.max_position
@@ -165,65 +125,84 @@ def check(get: Callable[[str, str], Any], host: HostFacts, model: ModelFacts, wo
         out += _check_gpus(e, host, weights / world, runtime, world)
         kv = e("kv_cache_gib") * GIB or None  # per rank; None: what gpu_memory_utilization leaves
         if kv is None and host.gpus:
-            total = min(host.gpus[:world])[1]
-            kv = e("gpu_memory_utilization") * total - weights / world - runtime
-        engine_host = runtime  # weights are read through the page cache, which the kernel may reclaim
+            kv = e("gpu_memory_utilization") * min(t for _, t in host.gpus[:world]) - weights / world - runtime
+        engine_host = runtime * world  # weights are read through the page cache, which the kernel may reclaim
     else:
-        kv = e("kv_cache_gib") * GIB or None
-        if kv is None:  # vLLM reserves gpu_memory_utilization of host memory for weights and KV
-            want = e("gpu_memory_utilization") * host.total
-            if want + runtime > host.available:
-                fit = _down((host.available - weights - runtime) / GIB * 0.5)
-                out.append(Problem("engine.gpu_memory_utilization", f"{e('gpu_memory_utilization'):g}: on CPU vLLM "
-                                   f"reserves this share of host memory ({_gib(want)} of {_gib(host.total)}) and needs "
-                                   f"~{_gib(runtime)} besides, but {_gib(host.available)} is available; set "
-                                   f"engine.kv_cache_gib = {fit:g} instead"))
-            engine_host = want + runtime
-            kv = want - weights if want + runtime <= host.available else None
-        else:
-            engine_host = kv + weights + runtime
-            if engine_host > host.available:
-                fit = _down((host.available - weights - runtime) / GIB * 0.5)
-                out.append(Problem("engine.kv_cache_gib", f"{e('kv_cache_gib'):g}: KV {_gib(kv)} + weights "
-                                   f"{_gib(weights)} + engine ~{_gib(runtime)} exceed the {_gib(host.available)} of host "
-                                   f"memory available; try engine.kv_cache_gib = {fit:g}"))
-                kv, engine_host = None, host.available
+        out_kv, kv, engine_host = _check_cpu_kv(e, host, weights, runtime, world)
+        out += out_kv
     out += _check_kv_length(e, model, kv, max_len)
+    if get("scheduler", "policy") in HBM_ONLY_POLICIES or any(p.key in MEMORY_KEYS for p in out):
+        return out  # no host tier; or the pool is sized once the engine fits
     pool = e("dram_gib") * GIB
     left = host.available - engine_host
-    memory_failed = any(p.key in ("engine.kv_cache_gib", "engine.gpu_memory_utilization") for p in out)
-    if pool > left * POOL_SHARE and not memory_failed:  # the pool is sized once the engine fits
+    if pool > left * POOL_SHARE:
         fit = _down(left * POOL_SHARE / GIB)
         out.append(Problem("engine.dram_gib", f"{e('dram_gib'):g}: the host KV pool would take {_gib(pool)}, but the "
                            f"host has {_gib(host.available)} available and the engine needs ~{_gib(engine_host)} "
                            f"(KV, weights, runtime) of it; try engine.dram_gib = {fit:g}"
-                           + (" (0: no host tier)" if fit == 0 else "")))
+                           + (" (or scheduler.policy = \"lvf-hbm\": no host tier)" if fit == 0 else "")))
     return out
 
 
+MEMORY_KEYS = ("engine.kv_cache_gib", "engine.gpu_memory_utilization", "engine.model_path")
+
+
+def _does_not_fit(what: str, need: float, have: float) -> Problem:
+    return Problem("engine.model_path", f"the model does not fit: {what} ~{_gib(need)} against {_gib(have)}; serve a "
+                   "smaller model, or split it over more ranks (tensor_parallel_size)")
+
+
+def _check_cpu_kv(e: Callable[[str], Any], host: HostFacts, weights: float, runtime: float,
+                  world: int) -> tuple[list[Problem], float | None, float]:
+    """CPU: KV (per rank) + weights + each rank's runtime within host memory; (problems, KV, host bytes)."""
+    fixed = weights + runtime * world
+    room = host.available - fixed  # for every rank's KV
+    if room <= 0:
+        return [_does_not_fit("weights and the engine's processes need", fixed, host.available)], None, host.available
+    fit = _down(room / world / GIB * 0.5)
+    kv = e("kv_cache_gib") * GIB or None
+    if kv is None:  # vLLM reserves gpu_memory_utilization of host memory for weights and KV
+        want = e("gpu_memory_utilization") * host.total
+        if want + runtime * world > host.available:
+            return [Problem("engine.gpu_memory_utilization", f"{e('gpu_memory_utilization'):g}: on CPU vLLM reserves "
+                            f"this share of host memory ({_gib(want)} of {_gib(host.total)}) and needs ~"
+                            f"{_gib(runtime * world)} besides, but {_gib(host.available)} is available; set "
+                            f"engine.kv_cache_gib = {fit:g} instead" if fit > 0 else
+                            f"{e('gpu_memory_utilization'):g}: host memory is too short for any KV")], None, host.available
+        return [], (want - weights) / world, want + runtime * world
+    if kv * world > room:
+        msg = (f"{e('kv_cache_gib'):g}: KV {_gib(kv)} x {world} rank(s) + weights {_gib(weights)} + engine ~"
+               f"{_gib(runtime * world)} exceed the {_gib(host.available)} of host memory available")
+        return [Problem("engine.kv_cache_gib", msg + (f"; try engine.kv_cache_gib = {fit:g}" if fit > 0 else
+                                                      "; too little is left for any KV"))], None, host.available
+    return [], kv, kv * world + fixed
+
+
 def _check_gpus(e: Callable[[str], Any], host: HostFacts, weights: float, runtime: float, world: int) -> list[Problem]:
+    """Each rank's GPU: vLLM claims ``gpu_memory_utilization`` of it (and refuses when that is more than is
+    free), and weights, runtime and KV must fit in the claim. No GPU facts (no nvidia-smi): no checks."""
+    if not host.gpus:
+        return []
     if e("distributed_executor_backend") == "mp" and len(host.gpus) < world:
         return [Problem("engine.tensor_parallel_size", f"{e('tensor_parallel_size')} x pipeline_parallel_size "
                         f"{e('pipeline_parallel_size')} = {world} ranks, but this host has {len(host.gpus)} CUDA "
                         "device(s); lower them, or use distributed_executor_backend = \"ray\" across hosts")]
-    out: list[Problem] = []
-    free, total = min(host.gpus[:world]) if host.gpus else (0, 0)
-    kv = e("kv_cache_gib") * GIB
-    if kv and kv + weights + runtime > free:
-        fit = _down((free - weights - runtime) / GIB)
-        out.append(Problem("engine.kv_cache_gib", f"{e('kv_cache_gib'):g}: KV {_gib(kv)} + weights {_gib(weights)} + "
-                           f"~{_gib(runtime)} per GPU exceed the {_gib(free)} free on the fullest one; try "
-                           f"engine.kv_cache_gib = {fit:g}"))
-    elif not kv and e("gpu_memory_utilization") * total > free:
-        fit = math.floor(free / total * 100) / 100 if total else 0
-        out.append(Problem("engine.gpu_memory_utilization", f"{e('gpu_memory_utilization'):g}: vLLM would claim "
-                           f"{_gib(e('gpu_memory_utilization') * total)} of a {_gib(total)} GPU with {_gib(free)} "
-                           f"free (another process holds the rest); try engine.gpu_memory_utilization = {fit:g}"))
-    elif not kv and e("gpu_memory_utilization") * total - weights - runtime <= 0:
-        out.append(Problem("engine.gpu_memory_utilization", f"{e('gpu_memory_utilization'):g} of {_gib(total)} leaves "
-                           f"no room for KV after the weights ({_gib(weights)} per GPU); raise it, or "
-                           "tensor_parallel_size to split the weights"))
-    return out
+    util, kv = e("gpu_memory_utilization"), e("kv_cache_gib") * GIB
+    for i, (free, total) in enumerate(host.gpus[:world]):
+        claim = util * total
+        if claim > free:
+            fit = math.floor(free / total * 100) / 100
+            return [Problem("engine.gpu_memory_utilization", f"{util:g}: vLLM would claim {_gib(claim)} of GPU {i} "
+                            f"({_gib(total)}), which has {_gib(free)} free (another process holds the rest); try "
+                            f"engine.gpu_memory_utilization = {fit:g}")]
+        if weights + runtime >= claim:
+            return [_does_not_fit(f"weights per GPU {_gib(weights)} + runtime", weights + runtime, claim)]
+        if kv and kv + weights + runtime > claim:
+            fit = _down((claim - weights - runtime) / GIB)
+            advice = f"try engine.kv_cache_gib = {fit:g}" if fit > 0 else "raise engine.gpu_memory_utilization"
+            return [Problem("engine.kv_cache_gib", f"{e('kv_cache_gib'):g}: KV {_gib(kv)} + weights {_gib(weights)} + "
+                            f"~{_gib(runtime)} exceed the {_gib(claim)} vLLM may use of GPU {i}; {advice}")]
+    return []
 
 
 def _check_kv_length(e: Callable[[str], Any], model: ModelFacts, kv: float | None, max_len: int | None) -> list[Problem]:
@@ -234,10 +213,10 @@ def _check_kv_length(e: Callable[[str], Any], model: ModelFacts, kv: float | Non
     if tokens >= max_len:
         return []
     need = math.ceil(max_len / e("block_size")) * model.block_bytes
+    shorter = f" or engine.max_model_len = {tokens}" if tokens >= e("block_size") else ""
     return [Problem("engine.kv_cache_gib" if e("kv_cache_gib") else "engine.max_model_len",
                     f"KV of {_gib(kv)} holds {tokens} tokens, fewer than one max_model_len sequence ({max_len}); try "
-                    f"engine.kv_cache_gib = {math.ceil(need / GIB * 4) / 4:g} or engine.max_model_len = "
-                    f"{max(e('block_size'), tokens)}")]
+                    f"engine.kv_cache_gib = {math.ceil(need / GIB * 4) / 4:g}{shorter}")]
 
 
 def report(problems: list[Problem], host: HostFacts, model: ModelFacts) -> dict[str, Any]:

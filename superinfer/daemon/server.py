@@ -256,7 +256,8 @@ class Serving:
             return None
         from superinfer.daemon.selfload import SelfLoad
 
-        load = SelfLoad(f"http://127.0.0.1:{d.port}", d.backend.model_name(),
+        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(d.cfg.d("host"), d.cfg.d("host"))
+        load = SelfLoad(f"http://{f'[{host}]' if ':' in host else host}:{d.port}", d.backend.model_name(),
                         [(t.name, d.cfg.tenant_shares.get(t.name, 1.0)) for t in d.cfg.tenants], rps=g("load", "rps"),
                         prompt_words=g("load", "prompt_words"), max_tokens=g("load", "max_tokens"),
                         max_inflight=g("load", "max_inflight"), seed=g("load", "seed"))
@@ -308,6 +309,10 @@ async def serve(daemon: Daemon) -> int:
 
 def run(cfg: Config) -> int:
     """Start in the foreground; returns the exit status (0 ok, 1 failure, 2 configuration)."""
+    running = lc.running_daemon(cfg.state_dir)
+    if running is not None:  # before the preflight, which would otherwise measure that daemon's memory
+        raise lc.AlreadyRunning(f"superinferd is already running on state dir {cfg.state_dir} (pid {running.pid}); "
+                                "stop it first (`superinferd stop`) or use another --state-dir")
     backend = select_backend(cfg)
     lc.ensure_state_dir(cfg.state_dir)
     lock = lc.PidLock(cfg.state_dir)

@@ -38,5 +38,9 @@ class StatsFile:
             with open(tmp, "w") as f:
                 json.dump({**document(), "published_at": time.time()}, f, sort_keys=True)
             os.replace(tmp, self.path)
-        except OSError as exc:
+        except (OSError, TypeError, ValueError) as exc:
             log.error("RotaScheduler: cannot write stats to %s: %s", self.path, exc)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass

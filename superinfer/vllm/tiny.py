@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_tiny_llama", "TINY_CORPUS"]
+__all__ = ["build_tiny_llama", "TINY_CORPUS", "TINY_STAMP"]
 
-_STAMP = "superinfer-tiny.json"
+_STAMP = TINY_STAMP = "superinfer-tiny.json"  # written last: a directory holding it was built here
 _FORMAT = 1
 
 # A small built-in corpus for the tokenizer; any text works, this one gives ordinary English words.

@@ -21,7 +21,7 @@ TINY = ModelFacts("/models/tiny", True, weights=2 << 20, max_position=1024, bloc
 BIG = ModelFacts("/models/big", True, weights=16 * GIB, max_position=32768, block_bytes=2 << 20)
 ENGINE = {"block_size": 32, "max_model_len": 0, "kv_cache_gib": 1.0, "gpu_memory_utilization": 0.9,
           "dram_gib": 1.0, "num_gpu_blocks_override": 0, "tensor_parallel_size": 1, "pipeline_parallel_size": 1,
-          "distributed_executor_backend": "mp"}
+          "distributed_executor_backend": "mp", "policy": "lvf"}
 
 
 def cpu_host(avail_gib: float = 20.0, total_gib: float = 24.0) -> HostFacts:
@@ -95,17 +95,41 @@ def test_the_host_pool_must_fit_beside_the_engine() -> None:
     assert 0 < suggested(p) < 22 and problems(cpu_host(avail_gib=22.0), dram_gib=suggested(p)) == []
 
 
-@settings(max_examples=200, deadline=None)
-@given(avail=st.floats(2.0, 2048.0), dram=st.floats(0.0, 4096.0), kv=st.floats(0.0, 64.0))
-def test_every_suggested_value_is_accepted(avail: float, dram: float, kv: float) -> None:
-    """Property: applying the suggestion of a problem removes that problem (the one-line errors say a value
-    that would work, not one that merely sounds plausible)."""
+@settings(max_examples=300, deadline=None)
+@given(avail=st.floats(0.5, 2048.0), dram=st.floats(0.0, 4096.0), kv=st.floats(0.0, 64.0),
+       util=st.floats(0.05, 1.0), world=st.integers(1, 4))
+def test_every_suggested_value_is_accepted(avail: float, dram: float, kv: float, util: float, world: int) -> None:
+    """Property: a suggested value is one that works: applying it removes the problem and brings no other
+    about the engine's memory (the pool is sized once the engine fits, so it may follow), and a suggested
+    KV size is never 0 (which would mean "let vLLM size it")."""
     host = cpu_host(avail_gib=avail, total_gib=avail * 1.2)
-    for p in problems(host, kv_cache_gib=kv, dram_gib=dram):
-        if p.key in ("engine.dram_gib", "engine.kv_cache_gib"):
-            fixed = {p.key.split(".")[1]: suggested(p)}
-            after = problems(host, **{"kv_cache_gib": kv, "dram_gib": dram, **fixed})
-            assert p.key not in keys(after), (p, after)
+    before = {"kv_cache_gib": kv, "dram_gib": dram, "gpu_memory_utilization": util}
+    for p in problems(host, TINY, world, **before):
+        if "try " not in p.message and "set " not in p.message:
+            continue  # nothing suggested (the model does not fit at all)
+        key = "kv_cache_gib" if "engine.kv_cache_gib = " in p.message else p.key.split(".")[1]
+        value = float(re.search(rf"engine\.{key} = ([0-9.]+)", p.message).group(1))
+        assert key != "kv_cache_gib" or value > 0, p
+        after = problems(host, TINY, world, **{**before, key: value})
+        assert not set(keys(after)) & {p.key, "engine.kv_cache_gib", "engine.gpu_memory_utilization"}, (p, after)
+
+
+def test_without_a_host_tier_the_pool_is_not_checked() -> None:
+    assert keys(problems(cpu_host(avail_gib=22.0), dram_gib=64.0)) == ["engine.dram_gib"]
+    assert problems(cpu_host(avail_gib=22.0), dram_gib=64.0, policy="lvf-hbm") == []
+
+
+def test_cpu_ranks_each_take_their_kv_and_runtime() -> None:
+    # 2 ranks x 2 GiB of KV + 2 x 1.5 GiB of runtime = 7 GiB > 6 GiB: one rank's arithmetic would pass it
+    assert problems(cpu_host(avail_gib=6.0), TINY, 1, kv_cache_gib=2.0, dram_gib=0.25) == []
+    [p] = problems(cpu_host(avail_gib=6.0), TINY, 2, kv_cache_gib=2.0, dram_gib=0.25)
+    assert p.key == "engine.kv_cache_gib" and "x 2 rank(s)" in p.message
+
+
+def test_a_model_that_cannot_fit_says_so_instead_of_suggesting_zero() -> None:
+    [p] = problems(cpu_host(avail_gib=2.0), ModelFacts("/m", True, weights=int(1.9 * GIB), max_position=1024,
+                                                       block_bytes=32 << 10))
+    assert p.key == "engine.model_path" and "does not fit" in p.message and "= 0" not in p.message
 
 
 def test_gpu_ranks_and_free_memory() -> None:
@@ -117,6 +141,15 @@ def test_gpu_ranks_and_free_memory() -> None:
     [p] = problems(gpu_host(), BIG, kv_cache_gib=200.0, block_size=16)
     assert p.key == "engine.kv_cache_gib"
     assert problems(gpu_host(), BIG, kv_cache_gib=suggested(p), block_size=16) == []
+    # vLLM claims gpu_memory_utilization of the GPU whatever the KV size: a busy GPU fails with any kv_cache_gib
+    [p] = problems(gpu_host(free_gib=40.0), BIG, kv_cache_gib=10.0, block_size=16)
+    assert p.key == "engine.gpu_memory_utilization"
+    # every rank's GPU is checked, not only the smallest (mixed sizes: the 80 GiB one is the busy one)
+    mixed = HostFacts("cuda", 1000 * GIB, 200 * GIB, ((130 * GIB, 140 * GIB), (30 * GIB, 80 * GIB)))
+    [p] = problems(mixed, BIG, world=2, kv_cache_gib=0.0, block_size=16, tensor_parallel_size=2)
+    assert p.key == "engine.gpu_memory_utilization" and "GPU 1" in p.message
+    # no nvidia-smi: GPU memory is unknown, and nothing is claimed about it
+    assert problems(HostFacts("cuda", 1000 * GIB, 200 * GIB), BIG, kv_cache_gib=0.0, block_size=16) == []
 
 
 # -- vLLM's output: the root cause -------------------------------------------------------------------------
@@ -163,6 +196,30 @@ def test_pydantic_detail_is_kept_and_long_lines_are_capped() -> None:
     assert cause.startswith("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig: "
                             "Value error, Model architectures ['NoSuchForCausalLM'] are not supported")
     assert len(cause) == MAX_CAUSE and cause.endswith("…")
+
+
+def test_processes_writing_at_once_keep_their_own_tracebacks() -> None:
+    interleaved = """\
+(Worker pid=7) ERROR 12-04 16:26:05 [m.py:1] Traceback (most recent call last):
+(EngineCore pid=6) INFO 12-04 16:26:05 [core.py:1] shutting down workers
+(Worker pid=7) ERROR 12-04 16:26:05 [m.py:1]   File "vllm/v1/worker/utils.py", line 554, in select_common_block_size
+(EngineCore pid=6) ERROR 12-04 16:26:05 [core.py:9] Traceback (most recent call last):
+(EngineCore pid=6) ERROR 12-04 16:26:05 [core.py:9]   File "vllm/v1/engine/core.py", line 1, in run
+(Worker pid=7) ERROR 12-04 16:26:05 [m.py:1] torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised
+(EngineCore pid=6) ERROR 12-04 16:26:05 [core.py:9] RuntimeError: Engine core initialization failed.
+"""
+    assert cause_of(interleaved) == "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised"
+    assert cause_of("Traceback (most recent call last):\n  File \"x\"\nRayTaskError(ValueError): boom\n") == \
+        "RayTaskError(ValueError): boom"
+
+
+def test_a_ready_engine_forgets_what_it_printed_while_loading() -> None:
+    rc = RootCause()
+    rc.feed("(EngineCore pid=6) ERROR 12-04 10:00:00 [s.py:1] RotaScheduler: core plan failed once\n")
+    rc.reset()
+    rc.feed("Traceback (most recent call last):\n")
+    rc.feed("MemoryError: out of host memory\n")
+    assert rc.line == "MemoryError: out of host memory"
 
 
 def test_without_a_traceback_the_first_error_line_is_said() -> None:

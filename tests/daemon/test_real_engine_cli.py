@@ -12,7 +12,6 @@ import signal
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.daemon.conftest import run_cli, start_daemon
@@ -112,7 +111,5 @@ def test_an_engine_that_dies_while_serving_is_reported(tmp_path: Path) -> None:
     assert "vLLM was killed by SIGKILL" in d.output()
     saved = json.loads((d.state_dir / "state.json").read_text())
     assert saved["error"].startswith("vLLM was killed by SIGKILL")
-    with pytest.raises(httpx.HTTPError):
-        httpx.get(d.url + "/healthz", timeout=2)  # it exited: nothing answers for a dead engine
     # the server was killed, not its engine core and workers: the daemon ended them too
     assert group_gone(child), "vLLM's engine core outlived its server and the daemon"

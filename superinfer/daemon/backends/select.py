@@ -45,10 +45,14 @@ def ensure_tiny_model(cfg: Config) -> None:
     """``engine.tiny_model``: build the tiny random Llama at ``engine.model_path`` unless it is there."""
     if not cfg.get("engine", "tiny_model"):
         return
-    from superinfer.vllm.tiny import build_tiny_llama
+    from superinfer.vllm.tiny import TINY_STAMP, build_tiny_llama
 
     path = Path(cfg.get("engine", "model_path")).expanduser()
     fresh = not (path / "config.json").is_file()
+    if path.is_dir() and any(path.iterdir()) and not (path / TINY_STAMP).is_file():
+        raise StartError(f"engine.tiny_model: {path} holds files the tiny-model builder did not write (a real "
+                         "model?); it is left alone: set engine.tiny_model = false to serve it, or point "
+                         "engine.model_path at an empty or new directory (an interrupted build: delete the directory)", 2)
     t0 = time.monotonic()
     build_tiny_llama(path)
     if fresh:

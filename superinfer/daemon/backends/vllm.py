@@ -93,6 +93,7 @@ class VllmBackend(Backend):
         self.child = EngineChild(cfg.state_dir / STATS_FILE)
         self.plugin: dict[str, Any] | None = None  # RotaScheduler's last published counters
         self._exported: dict[str, int] = {}  # plugin counters already added to /metrics
+        self._abandoned = 0  # requests counted aborted by a drain that timed out, whose streams end later
         self.engine_url = ""
         self.admitting = True
         self._inflight = 0
@@ -145,7 +146,7 @@ class VllmBackend(Backend):
         while True:
             self.beat = time.monotonic()  # loading is progress while the child lives
             if self.child.exited():
-                raise StartError(self.child.failure(f"while loading {self.model_path}"))
+                raise StartError(await asyncio.to_thread(self.child.failure, f"while loading {self.model_path}"))
             if time.monotonic() > deadline:
                 raise StartError(f"vLLM did not become healthy within {self.cfg.get('engine', 'startup_timeout_s')} s")
             try:
@@ -155,6 +156,7 @@ class VllmBackend(Backend):
                 pass
             await asyncio.sleep(0.5)
         await self._scrape()
+        self.child.ready()
         log.info("vLLM ready: %s with RotaScheduler + DuplexKVConnector (%s KV blocks)", self.served,
                  self.num_blocks if self.num_blocks is not None else "?")
         self._monitor = asyncio.create_task(self._watch())
@@ -162,7 +164,7 @@ class VllmBackend(Backend):
     async def _watch(self) -> None:
         while True:
             if self.child.exited():
-                self.crashed = RuntimeError(self.child.failure())
+                self.crashed = RuntimeError(await asyncio.to_thread(self.child.failure))
                 log.error("%s", self.crashed)
                 return
             try:
@@ -226,6 +228,8 @@ class VllmBackend(Backend):
             except HttpError as exc:
                 return exc.response()
             model = body.get("model")
+            if model is not None and not isinstance(model, str):
+                return error(400, f"model: expected a string, got {type(model).__name__}", param="model")
             if model is not None and model not in backend.aliases:
                 host.metrics.rejected.labels(tenant, "unknown_model").inc()
                 return error(404, f"model {model!r} is not served here; this daemon serves {backend.served!r} "
@@ -304,6 +308,9 @@ class VllmBackend(Backend):
                             m.t_tokens[tenant].inc()
                         yield line + "\n"
                     outcome = outcome_of(r.status_code)
+            except (asyncio.CancelledError, GeneratorExit):
+                outcome = "aborted"  # the client went away (or the drain gave up on it)
+                raise
             finally:
                 # gaps enter the SLO window when the stream ends, finished or not (all were observed)
                 h.slo.gaps(tenant, gaps, slo_s=slo.tbt_slo)
@@ -319,6 +326,9 @@ class VllmBackend(Backend):
 
     def _done(self, outcome: str, tenant: str | None = None) -> None:
         self._inflight -= 1
+        if self._abandoned > 0 and outcome != "finished":
+            self._abandoned -= 1  # counted as aborted when the drain gave up on it
+            return
         self.counts[outcome] += 1
         if outcome == "rejected" and tenant is not None:
             self.host.metrics.rejected.labels(tenant, "engine").inc()
@@ -365,6 +375,7 @@ class VllmBackend(Backend):
         if left:
             log.warning("drain deadline (%.1f s) passed with %d requests in flight; stopping vLLM", timeout_s, left)
             self.counts["aborted"] += left
+            self._abandoned = left  # their streams end when vLLM stops: not counted a second time
         await self._stop_child()
         return {"aborted": left, "counters": self.counters()}
 

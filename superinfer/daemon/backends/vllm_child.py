@@ -29,6 +29,7 @@ from superinfer.daemon.engine_log import OutputPump, exit_text
 
 STATS_FILE = "engine-stats.json"
 ENV_POLICY = "SUPERINFER_POLICY"  # superinfer.vllm.scheduler.ENV_POLICY (that module imports vLLM)
+QUEUES_STALE_S = 5.0  # the plugin publishes each second while requests run, and when the last one leaves
 GROUP_GRACE_S = 10.0  # how long vLLM's own processes may take to exit after the server, before SIGKILL
 
 
@@ -46,9 +47,15 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 def served_default(model_path: str) -> str:
-    """The default served model name: a local model directory's name, else the model id as given."""
+    """The default served model name: a local model directory's name (for a Hugging Face cache snapshot,
+    ``.../models--org--name/snapshots/<sha>``, the model's id ``org/name``), else the model id as given."""
     p = Path(model_path).expanduser()
-    return p.resolve().name if p.is_dir() else model_path
+    if not p.is_dir():
+        return model_path
+    p = p.resolve()
+    if p.parent.name == "snapshots" and p.parent.parent.name.startswith("models--"):
+        return "/".join(p.parent.parent.name.split("--")[1:])
+    return p.name
 
 
 def vllm_command(get: Any, model_path: str, served: str, port: int, params_file: Path, block_bytes: int | None,
@@ -93,6 +100,7 @@ class EngineChild:
         self.proc: subprocess.Popen | None = None
         self.pump: OutputPump | None = None
         self.stats_path = stats_path
+        self._stopped = False
 
     def spawn(self, cmd: list[str], env: dict[str, str]) -> None:
         env = {**env, "SUPERINFER_STATS_FILE": str(self.stats_path), "PYTHONUNBUFFERED": "1"}
@@ -100,6 +108,11 @@ class EngineChild:
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      preexec_fn=_die_with_parent, start_new_session=True)
         self.pump = OutputPump(self.proc.stdout)
+
+    def ready(self) -> None:
+        """The engine serves: what it printed while loading is no longer a cause of what comes next."""
+        if self.pump is not None:
+            self.pump.cause.reset()
 
     @property
     def pid(self) -> int | None:
@@ -136,9 +149,11 @@ class EngineChild:
         return True
 
     async def stop(self) -> None:
-        """SIGTERM the server and its group, wait; then whatever of the group is left gets SIGKILL."""
-        if self.proc is None:
+        """SIGTERM the server and its group, wait; then whatever of the group is left gets SIGKILL. Once:
+        a second call would signal a process group id the system may have given to someone else."""
+        if self.proc is None or self._stopped:
             return
+        self._stopped = True
         if self.proc.poll() is None:
             self._signal_group(signal.SIGTERM)
             try:
@@ -154,12 +169,14 @@ class EngineChild:
         self._signal_group(signal.SIGKILL)
 
 
-def plugin_view(stats: dict[str, Any] | None) -> dict[str, Any]:
+def plugin_view(stats: dict[str, Any] | None, now: float | None = None) -> dict[str, Any]:
     """RotaScheduler's published counters as ``/v1/state`` names them (the twin's: a rotation is a victim
     whose KV was parked in DRAM, a swap-in a parked request loaded back). Empty before the first
-    publication; keys the plugin did not publish are left out."""
+    publication; keys the plugin did not publish are left out, and so are queues published more than
+    :data:`QUEUES_STALE_S` ago (vLLM's own counts are fresher then)."""
     if not stats:
         return {}
+    now = time.time() if now is None else now
     sched, ledger = stats.get("scheduler") or {}, stats.get("ledger") or {}
     out: dict[str, Any] = {"counters": {"preemptions": int(sched.get("preemptions", 0)),
                                         "rotations": int(ledger.get("parks", 0)),
@@ -167,7 +184,7 @@ def plugin_view(stats: dict[str, Any] | None) -> dict[str, Any]:
                                         "swap_ins": int(ledger.get("loads", 0)),
                                         "h2d_blocks": int(ledger.get("swap_in_blocks", 0)),
                                         "d2h_blocks": int(ledger.get("swap_out_blocks", 0)) + int(ledger.get("sync_blocks", 0))}}
-    if isinstance(stats.get("queues"), dict):
+    if isinstance(stats.get("queues"), dict) and now - float(stats.get("published_at") or 0) <= QUEUES_STALE_S:
         out["queues"] = {k: int(stats["queues"].get(k, 0)) for k in ("waiting", "rotary", "running")}
     if "host_capacity" in stats:
         out["dram"] = {"used": int(stats["host_capacity"]) - int(stats.get("host_free", 0)),
