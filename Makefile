@@ -58,6 +58,11 @@ test: $(STAMP)
 	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql) || \
 		echo "warning: PostgreSQL server unavailable; the shared-study test will skip"
+	# A real Prometheus evaluates every query of the Grafana dashboard (tests/tui/test_grafana_prometheus.py starts
+	# and stops it on loopback); Debian's prometheus package.
+	command -v prometheus >/dev/null || \
+		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus) || \
+		echo "warning: prometheus unavailable; the dashboard-on-Prometheus test will skip"
 	$(PY) -m pytest -q
 
 clean:
