@@ -140,7 +140,7 @@ def check(get: Callable[[str, str], Any], host: HostFacts, model: ModelFacts, wo
         out.append(Problem("engine.dram_gib", f"{e('dram_gib'):g}: the host KV pool would take {_gib(pool)}, but the "
                            f"host has {_gib(host.available)} available and the engine needs ~{_gib(engine_host)} "
                            f"(KV, weights, runtime) of it; try engine.dram_gib = {fit:g}"
-                           + (" (or scheduler.policy = \"lvf-hbm\": no host tier)" if fit == 0 else "")))
+                           + (" (no host tier)" if fit == 0 else "")))
     return out
 
 

@@ -99,7 +99,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "max_num_seqs": Key("int", 256, "most sequences in one iteration", 1, 1 << 20),
         "max_num_batched_tokens": Key("int", 8192, "token budget of one iteration", 1, 1 << 24),
         "max_model_len": Key("int", 0, "vLLM max_model_len; 0: the model's own", 0, 1 << 24),
-        "dram_gib": Key("float", 64.0, "host DRAM pool for parked KV (GiB)", 0, 1 << 20),
+        "dram_gib": Key("float", 64.0, "host DRAM pool for parked KV (GiB); 0: no host tier (vLLM runs without the "
+                        "DuplexKV connector)", 0, 1 << 20),
         "tiny_model": Key("bool", False, "serve a tiny random Llama, built offline in seconds at engine.model_path "
                           "(empty: <state-dir>/tiny-llama) when absent: demos and CPU hosts (its text is gibberish)"),
         "kv_cache_gib": Key("float", 0.0, "vLLM KV cache per rank (GiB, --kv-cache-memory-bytes); 0: vLLM sizes it "

@@ -11,8 +11,8 @@ import pytest
 from superinfer.daemon.backends.vllm_child import ENV_POLICY, plugin_env, vllm_command
 
 
-def command(policy: str) -> list[str]:
-    values = {("scheduler", "policy"): policy, ("engine", "dram_gib"): 1.0, ("engine", "block_size"): 32,
+def command(policy: str, dram_gib: float = 1.0) -> list[str]:
+    values = {("scheduler", "policy"): policy, ("engine", "dram_gib"): dram_gib, ("engine", "block_size"): 32,
               ("engine", "max_num_seqs"): 8, ("engine", "max_num_batched_tokens"): 512, ("engine", "dtype"): "float32",
               ("engine", "gpu_memory_utilization"): 0.9, ("engine", "kv_cache_gib"): 0.5, ("engine", "max_model_len"): 0,
               ("engine", "num_gpu_blocks_override"): 0, ("engine", "enforce_eager"): True}
@@ -30,14 +30,20 @@ def test_the_connector_carries_the_core_policy(policy: str, core: str) -> None:
     cmd = command(policy)
     extra = connector(cmd)["kv_connector_extra_config"]
     assert extra["policy"] == core and extra["host_blocks"] == (1 << 30) // 32768
-    assert plugin_env(policy) == {}
+    assert plugin_env(policy, 1.0) == {}
     assert cmd[cmd.index("--kv-cache-memory-bytes") + 1] == str(1 << 29)
 
 
 def test_lvf_hbm_runs_without_a_connector() -> None:
     cmd = command("lvf-hbm")
     assert connector(cmd) is None and "superinfer.vllm.RotaScheduler" in cmd
-    assert plugin_env("lvf-hbm") == {ENV_POLICY: "lvf"}
+    assert plugin_env("lvf-hbm", 1.0) == {ENV_POLICY: "lvf"}
+
+
+def test_no_host_pool_means_no_connector() -> None:
+    """``engine.dram_gib = 0``: the connector would need at least one host block; the engine runs without it."""
+    assert connector(command("lvf", dram_gib=0.0)) is None
+    assert plugin_env("lvf", 0.0) == {ENV_POLICY: "lvf"} and plugin_env("vllm", 0.0) == {ENV_POLICY: "fcfs"}
 
 
 def test_the_env_name_is_the_plugins() -> None:

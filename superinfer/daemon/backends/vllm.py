@@ -130,7 +130,7 @@ class VllmBackend(Backend):
         except ValueError as exc:
             raise StartError(str(exc), code=2) from None
         parallel.export_layout(host.metrics.registry, self.tp, self.pp)
-        env.update(plugin_env(self.cfg.get("scheduler", "policy")))
+        env.update(plugin_env(self.cfg.get("scheduler", "policy"), self.cfg.get("engine", "dram_gib")))
         cmd = self.command(port, host.store.path)
         log.info("starting vLLM on %s: %s", self.engine_url, " ".join(cmd))
         log.info("serving model %r (from %s): clients send \"model\": %s", self.served, self.model_path,

@@ -66,7 +66,7 @@ def vllm_command(get: Any, model_path: str, served: str, port: int, params_file:
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path,
            "--served-model-name", served, "--host", "127.0.0.1", "--port", str(port),
            "--scheduler-cls", "superinfer.vllm.RotaScheduler"]
-    if policy not in HBM_ONLY_POLICIES:  # lvf-hbm: no connector, no host tier (plugin_env names the policy)
+    if has_host_tier(policy, g("engine", "dram_gib")):  # else no connector (plugin_env names the policy)
         extra: dict[str, Any] = {"params_file": str(params_file), "policy": core_policy_name(policy)}
         if block_bytes:  # dram_gib is the whole engine's pool: each of the world's workers gets its share
             extra["host_blocks"] = max(1, int(g("engine", "dram_gib") * (1 << 30)) // (world * block_bytes))
@@ -88,9 +88,14 @@ def vllm_command(get: Any, model_path: str, served: str, port: int, params_file:
     return cmd + parallel.vllm_args(tp, pp, executor)
 
 
-def plugin_env(policy: str) -> dict[str, str]:
+def has_host_tier(policy: str, dram_gib: float) -> bool:
+    """Whether the engine gets the DuplexKV connector: not for ``lvf-hbm``, nor with no host pool."""
+    return policy not in HBM_ONLY_POLICIES and dram_gib > 0
+
+
+def plugin_env(policy: str, dram_gib: float) -> dict[str, str]:
     """What the plugin reads from its environment: the core policy when no connector carries it."""
-    return {ENV_POLICY: core_policy_name(policy)} if policy in HBM_ONLY_POLICIES else {}
+    return {} if has_host_tier(policy, dram_gib) else {ENV_POLICY: core_policy_name(policy)}
 
 
 class EngineChild:
