@@ -61,7 +61,7 @@ def test_cpu_demo_serves_a_real_client_under_kv_pressure(tmp_path: Path) -> None
         # memory binds: the daemon's own traffic ([load]) fills 96 KV blocks and KV rotates through the host pool
         deadline, top = time.monotonic() + 180, {}
         while time.monotonic() < deadline:
-            once = run_cli("top", "--once", "--state-dir", str(d.state_dir), env=cli_env(tmp_path))
+            once = run_cli("top", "--once", "--state-dir", str(d.state_dir), env=cli_env(tmp_path), timeout=120)
             top = dict(line.split("=", 1) for line in once.stdout.splitlines() if "=" in line)
             if top.get("counters.rotations", "null") not in ("null", "0"):  # null: not published yet
                 break
@@ -76,7 +76,7 @@ def test_cpu_demo_serves_a_real_client_under_kv_pressure(tmp_path: Path) -> None
         assert 'superinfer_requests_rejected_total{reason="unknown_model",tenant="chat"} 1.0' in metrics
         child = s["engine"]["pid"]
     finally:
-        code = d.terminate(timeout=180)
+        code = d.terminate(timeout=300)
     assert code == 0, d.output()[-3000:]
     assert group_gone(child), "vLLM's processes outlived the daemon"
     c = json.loads((d.state_dir / "state.json").read_text())["counters"]
