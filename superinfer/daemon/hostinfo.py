@@ -10,6 +10,7 @@ of HBM) on every GPU for its whole life.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -82,8 +83,6 @@ def host_memory(device: str = "cpu") -> tuple[int, int]:
 def gpu_memory() -> tuple[tuple[int, int], ...]:
     """(free, total) bytes of every GPU this process may use (``CUDA_VISIBLE_DEVICES`` honoured by
     nvidia-smi's ``--id``); empty when nvidia-smi is missing or fails."""
-    import os
-
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return ()

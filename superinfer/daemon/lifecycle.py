@@ -28,6 +28,10 @@ PARAMS_FILE = "params.json"
 class AlreadyRunning(RuntimeError):
     """Another daemon holds the state directory."""
 
+    def __init__(self, state_dir: Path, pid: int | None) -> None:
+        super().__init__(f"superinferd is already running on state dir {state_dir} (pid {pid or '?'}); "
+                         "stop it first (`superinferd stop`) or use another --state-dir")
+
 
 def ensure_state_dir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -51,9 +55,7 @@ class PidLock:
             os.close(fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 pid = read_pid(self.path)
-                raise AlreadyRunning(
-                    f"superinferd is already running on state dir {self.path.parent} (pid {pid or '?'}); "
-                    "stop it first (`superinferd stop`) or use another --state-dir") from None
+                raise AlreadyRunning(self.path.parent, pid) from None
             raise
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())

@@ -311,8 +311,7 @@ def run(cfg: Config) -> int:
     """Start in the foreground; returns the exit status (0 ok, 1 failure, 2 configuration)."""
     running = lc.running_daemon(cfg.state_dir)
     if running is not None:  # before the preflight, which would otherwise measure that daemon's memory
-        raise lc.AlreadyRunning(f"superinferd is already running on state dir {cfg.state_dir} (pid {running.pid}); "
-                                "stop it first (`superinferd stop`) or use another --state-dir")
+        raise lc.AlreadyRunning(cfg.state_dir, running.pid)
     backend = select_backend(cfg)
     lc.ensure_state_dir(cfg.state_dir)
     lock = lc.PidLock(cfg.state_dir)

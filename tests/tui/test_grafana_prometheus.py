@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
+from superinfer.daemon.backends.vllm_child import free_port
 from tests.daemon.conftest import DaemonProc, start_daemon
 from tests.tui.test_grafana import DASHBOARD, queries
 
@@ -26,12 +25,6 @@ SCRAPE_S = 1
 #: trials, rejections, a probe skipped by a fixed B_xfer)
 MUST_HAVE_DATA = ("Backend", "Uptime", "Queues", "KV blocks used / capacity", "Scheduler parameters", "Iterations",
                   "Transfer budget B_xfer", "Params version", "Twin lag")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def grafana_to_promql(expr: str) -> str:
