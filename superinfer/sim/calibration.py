@@ -141,12 +141,13 @@ def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return best_x
 
 
-def fit(samples: Iterable[Sample | tuple]) -> Coefficients:
+def fit(samples: Iterable[Sample | tuple], relative: bool = False) -> Coefficients:
     """Fit iteration-time coefficients to measured steps by non-negative least squares.
 
     ``measured_s ≈ overhead_s + per_prefill_token_s·prefill_tokens + per_prefill_attn_pair_s·pairs
     + per_decode_seq_s·decode_seqs + per_kv_token_s·kv_tokens``. A term whose column is all zero in the
-    samples (e.g. no sample carried attention pairs) is not fitted and stays 0. Needs at least as many
+    samples (e.g. no sample carried attention pairs) is not fitted and stays 0. ``relative``: minimise the
+    squared errors relative to each measured time instead (steps of 2 ms and of 200 ms count alike). Needs at least as many
     samples as fitted terms; raises ValueError otherwise or on non-finite/negative input.
     """
     rows = [s if isinstance(s, Sample) else Sample(*s) for s in samples]
@@ -163,6 +164,8 @@ def fit(samples: Iterable[Sample | tuple]) -> Coefficients:
     if len(rows) < len(used):
         raise ValueError(f"calibration fit: {len(rows)} samples for {len(used)} unknowns; need at least as many")
     a = data[:, used]
+    if relative:
+        a, y = a / y[:, None], np.ones_like(y)
     scale = np.abs(a).max(axis=0)  # column scaling: counts span 1 .. 1e8
     x_scaled = _nnls(a / scale, y)
     coef = np.zeros(data.shape[1])

@@ -38,6 +38,7 @@ from superinfer.core import Capacity, Plan, RequestTable, Snapshot, batch_token_
 from superinfer.vllm.connector import DuplexKVConnector, connector_extra
 from superinfer.vllm.params import ENV_CALIBRATION, ENV_PARAMS_FILE, LiveParams, ParamSource, load_step_model
 from superinfer.vllm.stats import ENV_STATS_FILE, StatsFile
+from superinfer.vllm.stepfit import OnlineStepFit
 from superinfer.vllm.steplog import StepLog
 from superinfer.vllm.tenants import RequestTenants
 
@@ -65,6 +66,7 @@ class RotaScheduler(Scheduler):
         self.param_source = ParamSource(os.environ.get(ENV_PARAMS_FILE) or extra.get("params_file"))
         self.core_policy = get_policy(os.environ.get(ENV_POLICY) or extra.get("policy", "lvf"))
         self.step_model = load_step_model(os.environ.get(ENV_CALIBRATION) or extra.get("calibration"))
+        self.step_fit = OnlineStepFit()  # the step-time model where no calibration file gives one
         self._max_tokens = int(self.max_num_scheduled_tokens)
         self.clock = time.time  # the clock of Request.arrival_time
         self.table = RequestTable()
@@ -121,8 +123,7 @@ class RotaScheduler(Scheduler):
 
     # -- the step ---------------------------------------------------------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
-        live = self.param_source.current()
-        now = self.clock()
+        t0_ns, live, now = time.perf_counter_ns(), self.param_source.current(), self.clock()
         if self.step_log is not None:
             self.step_log.begin()
         self.stats["steps"] += 1
@@ -134,6 +135,7 @@ class RotaScheduler(Scheduler):
         finally:
             self.max_num_scheduled_tokens = self._max_tokens
         self._after_schedule(out, now)
+        self.step_fit.begin(t0_ns, out.num_scheduled_tokens, self.requests)
         if self.stats_file.due():
             self._write_stats()
         if self.step_log is not None:
@@ -182,16 +184,17 @@ class RotaScheduler(Scheduler):
         st["plan_ns_x_live"] += ns * live
 
     def _token_budget(self, live: LiveParams) -> int:
-        """RotaSched v2's SLO-aware token budget (as the twin's), with the calibration fit as the step-time
-        model; vLLM's own budget without a fit, for other policies, or when no prefill is pending."""
-        share = live.params.step_slo_share
-        if self.step_model is None or not self.core_policy.spec.slo_guards or share <= 0:
+        """RotaSched v2's SLO-aware token budget (as the twin's), with the calibration file's fit as the
+        step-time model, else the online fit (:mod:`superinfer.vllm.stepfit`); vLLM's own budget before a
+        model exists, for other policies, or when no prefill is pending."""
+        share, model = live.params.step_slo_share, self.step_model or self.step_fit.model()
+        if model is None or not self.core_policy.spec.slo_guards or share <= 0:
             return self._max_tokens
         if not self.waiting and all(r.num_tokens - r.num_computed_tokens <= 1 for r in self.running):
             return self._max_tokens  # decodes only: never cut
         t = self.table
         tightest = float(self.tenants.table(live).tbt_slo.min())
-        budget = batch_token_budget(t, t.live_rows(), self.step_model, share * tightest, self._max_tokens)
+        budget = batch_token_budget(t, t.live_rows(), model, share * tightest, self._max_tokens)
         if budget < self._max_tokens:
             self.stats["budget_cut_steps"] += 1
         return budget
@@ -337,6 +340,7 @@ class RotaScheduler(Scheduler):
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         outputs = super().update_from_output(scheduler_output, model_runner_output)
+        self.step_fit.end()
         now = self.clock()
         t, reqs = self.table, self.requests
         rows, counts = [], []
@@ -377,7 +381,8 @@ class RotaScheduler(Scheduler):
     def stats_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"scheduler": dict(self.stats), "params_reloads": self.param_source.reloads,
                                "params_rejected": self.param_source.rejected,
-                               "queues": dict(zip(("waiting", "rotary", "running"), self.table.phase_counts()))}
+                               "queues": dict(zip(("waiting", "rotary", "running"), self.table.phase_counts())),
+                               "step_model": {"source": "file" if self.step_model else "online"} | self.step_fit.stats()}
         if self.ledger is not None:
             out["ledger"] = dict(self.ledger.stats)
             out["host_free"] = self.ledger.free

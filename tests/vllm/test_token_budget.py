@@ -1,6 +1,7 @@
-"""RotaSched v2's SLO token budget on a real vLLM engine (CPU, tiny Llama): with a calibration fit as the
-step-time model, a long prompt arriving while requests decode is cut into chunks so that each step is
-predicted within ``step_slo_share`` of the TBT SLO; without a fit, or for ``lvf-paper``, vLLM's own budget.
+"""RotaSched v2's SLO token budget on a real vLLM engine (CPU, tiny Llama): with a step-time model, a long
+prompt arriving while requests decode is cut into chunks so that each step is predicted within
+``step_slo_share`` of the TBT SLO. The model is a calibration file's fit, or without one the plugin's online fit
+of its own steps once it has seen enough of them; before that, and for ``lvf-paper``, vLLM's own budget.
 """
 
 from __future__ import annotations
@@ -32,9 +33,25 @@ def _calibration(path: Path) -> Path:
     return path
 
 
+def _warm_up(eng: Any, sp: Any) -> None:
+    """Mixed traffic until the plugin's online fit has a model: prompts of 24-220 tokens arriving one every
+    other step while earlier ones decode."""
+    sched = eng.engine_core.engine_core.scheduler
+    for i in range(400):
+        if i % 2 == 0 and i < 80:
+            n = 24 + (37 * i) % 200
+            eng.add_request(f"w{i}", {"prompt_token_ids": [(3 * i + j) % 300 + 3 for j in range(n)]}, sp)
+        eng.step()
+        if sched.step_fit.model() is not None and i >= 80:
+            break
+    while eng.has_unfinished_requests():
+        eng.step()
+
+
 def _drive(engine_cm: Callable[..., Any], tiny_model: Path, tmp: Path, *, policy: str,
-           calibration: Path | None) -> dict[str, Any]:
-    """Two requests decode, then two 400-token prompts arrive; record each step's budget and tokens."""
+           calibration: Path | None, warm_up: bool = False) -> dict[str, Any]:
+    """Two requests decode, then two 400-token prompts arrive; record each step's budget and tokens (after
+    mixed traffic that teaches the online fit, if ``warm_up``)."""
     from vllm import SamplingParams
 
     from superinfer.vllm.params import write_params
@@ -51,6 +68,9 @@ def _drive(engine_cm: Callable[..., Any], tiny_model: Path, tmp: Path, *, policy
                    kv_transfer_config=kv, max_num_batched_tokens=MAX_BATCHED) as llm:
         eng = llm.llm_engine
         sched = eng.engine_core.engine_core.scheduler
+        if warm_up:
+            _warm_up(eng, SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True))
+            sched.stats.clear()
         budget_of, schedule = sched._token_budget, sched.schedule
         seen: list[int] = []
 
@@ -79,7 +99,8 @@ def _drive(engine_cm: Callable[..., Any], tiny_model: Path, tmp: Path, *, policy
                     finished[out.request_id] = len(out.outputs[0].token_ids)
             if not eng.has_unfinished_requests():
                 break
-        return {"steps": steps, "finished": finished, "stats": dict(sched.stats)}
+        return {"steps": steps, "finished": finished, "stats": dict(sched.stats),
+                "step_model": sched.stats_dict()["step_model"], "online": sched.step_fit.coefficients}
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +124,20 @@ def test_v2_cuts_prefill_chunks_to_the_tbt_slo(engine_cm: Callable[..., Any], ti
     assert max(t for _, t, d in run["steps"] if d > 0) < 400
 
 
-def test_without_a_fit_or_for_lvf_paper_vllm_keeps_its_budget(engine_cm: Callable[..., Any], tiny_model: Path,
+def test_the_online_fit_cuts_prefill_chunks_without_a_calibration_file(
+        engine_cm: Callable[..., Any], tiny_model: Path, tmp_path: Path) -> None:
+    run = _drive(engine_cm, tiny_model, tmp_path, policy="lvf", calibration=None, warm_up=True)
+    assert run["step_model"]["source"] == "online" and run["step_model"]["refits"] >= 1
+    assert sorted(run["finished"].items()) == [("d0", 60), ("d1", 60), ("p0", 60), ("p1", 60)]
+    assert run["stats"]["budget_cut_steps"] > 0
+    assert all(tokens <= budget for budget, tokens, _ in run["steps"]), "vLLM kept to the budget"
+    model = run["online"]  # the fit as it stood at the end: it moved little since the cut steps
+    cut = [(t, d) for b, t, d in run["steps"] if b < MAX_BATCHED and t > d]
+    assert all(model.iteration_s(t - d, 0, d, 0) <= 1.5 * SHARE * TBT_SLO for t, d in cut)
+    assert max(t for _, t, d in run["steps"] if d > 0) < 400, "no whole 400-token prompt ran beside decodes"
+
+
+def test_before_a_fit_or_for_lvf_paper_vllm_keeps_its_budget(engine_cm: Callable[..., Any], tiny_model: Path,
                                                               fit_file: Path, tmp_path: Path) -> None:
     for policy, cal in (("lvf", None), ("lvf-paper", fit_file)):
         run = _drive(engine_cm, tiny_model, tmp_path, policy=policy, calibration=cal)
