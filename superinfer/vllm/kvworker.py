@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from superinfer.duplexkv import DuplexKVEngine, DuplexKVError, KVLayout, Segment, Ticket, TransferPlan
+from superinfer.duplexkv.executor import InlineExecutor
 from superinfer.vllm.kvmeta import DuplexKVMeta, DuplexKVWorkerMeta
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,10 @@ class KVWorker:
         self._last_step = 0
 
     def register(self, kv_caches: dict[str, torch.Tensor]) -> None:
-        self.engine = DuplexKVEngine(storage_layout(kv_caches), self.host_blocks, backend=self.backend)
+        layout = storage_layout(kv_caches)
+        # On a CPU engine copies run inline: worker threads there slow every step (superinfer.duplexkv.executor)
+        inline = InlineExecutor if layout.device.type == "cpu" else None
+        self.engine = DuplexKVEngine(layout, self.host_blocks, backend=self.backend, executor=inline)
         log.info("DuplexKV worker: %r, host pool %d blocks (%d bytes each)", self.engine.layout, self.host_blocks,
                  self.engine.layout.block_bytes)
 
