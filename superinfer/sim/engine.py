@@ -170,7 +170,6 @@ class Simulator:
         else:
             b = 0
         self.b_xfer = int(b)
-        self._tightest_tbt = float(cfg.tenants.tbt_slo.min())
         self._deadlines = bool(np.isfinite(cfg.tenants.max_queue_s).any())
         self.state = EngineState(self.hbm_blocks, self.dram_blocks, cm.block_size, grow=max(1024, len(workload)))
         self.max_h2d = self.max_d2h = self.max_used = 0
@@ -212,21 +211,22 @@ class Simulator:
         applied to every policy alike, as a client's timeout would be); their ids."""
         return self.state.shed_expired(now, self.cfg.tenants.max_queue_s) if self._deadlines else []
 
-    def token_budget(self) -> int:
+    def token_budget(self, now: float) -> int:
         """``max_num_batched_tokens``, or for RotaSched v2 the SLO-aware budget: prefill cut so that an
-        iteration with running decodes is priced within ``step_slo_share`` of the tightest TBT SLO."""
+        iteration with running decodes is priced within ``step_slo_share`` of what its decodes' TBT SLOs
+        allow (:func:`~superinfer.core.budget.step_target_s`)."""
         cfg = self.cfg
         share = cfg.params.step_slo_share
         if not self.slo_budget or share <= 0:
             return cfg.max_num_batched_tokens
         st = self.state
-        return batch_token_budget(st, st.live_rows(), self.cm.iteration_s, share * self._tightest_tbt,
+        return batch_token_budget(st, st.live_rows(), self.cm.iteration_s, share, cfg.tenants.tbt_slo, now,
                                   cfg.max_num_batched_tokens)
 
     def step(self, now: float) -> StepResult:
         """Run one iteration starting at ``now``: plan, move blocks, price, complete copies, sample."""
         st, cm, cfg = self.state, self.cm, self.cfg
-        cap = st.capacity(self.b_xfer, self.token_budget(), cfg.max_num_seqs, cfg.sync_loads)
+        cap = st.capacity(self.b_xfer, self.token_budget(now), cfg.max_num_seqs, cfg.sync_loads)
         snap = st.snapshot()
         t0 = time.perf_counter()
         plan = self.policy.plan(snap, cap, cfg.params, cfg.tenants, now, validate=False)

@@ -129,7 +129,7 @@ class RotaScheduler(Scheduler):
         self.stats["steps"] += 1
         self._refresh()
         self._d2h_left = live.b_xfer
-        self.max_num_scheduled_tokens = self._token_budget(live)  # vLLM's pass reads it as its token budget
+        self.max_num_scheduled_tokens = self._token_budget(live, now)  # vLLM's pass reads it as its budget
         try:
             out = self._schedule_step(live, now, args, kwargs)
         finally:
@@ -183,7 +183,7 @@ class RotaScheduler(Scheduler):
         st["plan_live_sq"] += live * live
         st["plan_ns_x_live"] += ns * live
 
-    def _token_budget(self, live: LiveParams) -> int:
+    def _token_budget(self, live: LiveParams, now: float) -> int:
         """RotaSched v2's SLO-aware token budget (as the twin's), with the calibration file's fit as the
         step-time model, else the online fit (:mod:`superinfer.vllm.stepfit`); vLLM's own budget before a
         model exists, for other policies, or when no prefill is pending."""
@@ -193,8 +193,8 @@ class RotaScheduler(Scheduler):
         if not self.waiting and all(r.num_tokens - r.num_computed_tokens <= 1 for r in self.running):
             return self._max_tokens  # decodes only: never cut
         t = self.table
-        tightest = float(self.tenants.table(live).tbt_slo.min())
-        budget = batch_token_budget(t, t.live_rows(), model, share * tightest, self._max_tokens)
+        budget = batch_token_budget(t, t.live_rows(), model, share, self.tenants.table(live).tbt_slo, now,
+                                    self._max_tokens)
         if budget < self._max_tokens:
             self.stats["budget_cut_steps"] += 1
         return budget
