@@ -152,17 +152,20 @@ class EngineState(RequestTable):
         self.counters.aborted += 1
         self._retire(req_id)
 
-    def shed_expired(self, now: float, max_queue_s: np.ndarray) -> list[int]:
+    def shed_expired(self, now: float, max_queue_s: np.ndarray, tenants: list[int] | None = None) -> list[int]:
         """Shed every request still without a first token after its tenant's deadline
         (``now - t_arr > max_queue_s[tenant]``), as a client's timeout would drop it; its blocks in both tiers
         are freed. ``counters.shed_with_kv`` counts those that held KV by then (work spent for nothing:
-        what early shedding is meant to avoid). Returns the shed ids, in row order."""
+        what early shedding is meant to avoid). Returns the shed ids, in row order; ``tenants``, if given, is
+        extended with their tenant indices in the same order."""
         rows = self.live_rows()
         if not rows.shape[0]:
             return []
         late = (self.outputs[rows] == 0) & (now - self.t_arr[rows] > max_queue_s[self.tenant[rows]])
         late_rows = rows[late]
         ids = self.req_id[late_rows].tolist()
+        if tenants is not None:
+            tenants.extend(self.tenant[late_rows].tolist())
         held = (self.num_computed[late_rows] > 0) | (self.blocks_hbm[late_rows] > 0) | (self.blocks_dram[late_rows] > 0)
         self.counters.shed += len(ids)
         self.counters.shed_with_kv += int(held.sum())

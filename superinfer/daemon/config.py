@@ -10,6 +10,7 @@ exists, every value within its schema); errors raise :class:`~superinfer.daemon.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +82,7 @@ class Config:
         out["tenants"] = {
             "source": self.tenant_source,
             "list": [{"name": t.name, "ttft_s": t.ttft_slo, "tbt_s": t.tbt_slo, "weight": t.weight,
+                      "max_queue_s": t.max_queue_s if math.isfinite(t.max_queue_s) else None,
                       "priority": t.priority, "share": self.tenant_shares[t.name]} for t in self.tenants],
         }
         return out
@@ -197,16 +199,25 @@ def _check_env(env: dict[str, str]) -> None:
 def _resolve_tenants(prof: Profile, values: dict[str, dict[str, Setting]]) -> tuple[list[Tenant], dict[str, float], str]:
     slo = values["slo"]
     default_name = slo["default_tenant"].value
+    multiple = float(slo["max_queue_ttft_x"].value)
+
+    def deadline(entry: dict[str, Any], ttft_s: float) -> float:
+        """The tenant's ``max_queue_s``, else ``[slo].max_queue_ttft_x`` x its TTFT SLO (0: none)."""
+        if "max_queue_s" in entry:
+            return float(entry["max_queue_s"])
+        return multiple * ttft_s if multiple > 0 else math.inf
+
     if not prof.tenants:
-        t = Tenant(default_name, slo["ttft_s"].value, slo["tbt_s"].value)
+        ttft = float(slo["ttft_s"].value)
+        t = Tenant(default_name, ttft, slo["tbt_s"].value, max_queue_s=deadline({}, ttft))
         return [t], {t.name: 1.0}, "default (one tenant from [slo])"
     tenants, shares = [], {}
     for i, entry in enumerate(prof.tenants):
         try:
-            t = Tenant(entry["name"], float(entry.get("ttft_s", slo["ttft_s"].value)),
-                       float(entry.get("tbt_s", slo["tbt_s"].value)),
+            ttft = float(entry.get("ttft_s", slo["ttft_s"].value))
+            t = Tenant(entry["name"], ttft, float(entry.get("tbt_s", slo["tbt_s"].value)),
                        float(entry.get("weight", TENANT_KEYS["weight"].default)),
-                       int(entry.get("priority", TENANT_KEYS["priority"].default)))
+                       int(entry.get("priority", TENANT_KEYS["priority"].default)), max_queue_s=deadline(entry, ttft))
         except ValueError as exc:
             raise ProfileError(prof.path, f"tenants[{i}]", str(exc)) from None
         tenants.append(t)

@@ -6,6 +6,7 @@ Errors have one shape everywhere (OpenAI-style): ``{"error": {"message", "type",
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from fastapi import Request
@@ -31,6 +32,13 @@ def error(status: int, message: str, type_: str = "invalid_request_error", heade
           **extra: Any) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": type_, "code": status, **extra}},
                         status_code=status, headers=headers)
+
+
+def retry_after_s(ttft_slo_s: float) -> int:
+    """What ``Retry-After`` says to a client shed at its first-token deadline: its tenant's TTFT SLO in whole
+    seconds, at least 1 (by then the queue it met has had that long to drain; a client that retries at once
+    would meet the same queue)."""
+    return max(1, math.ceil(ttft_slo_s))
 
 
 async def json_body(request: Request) -> Any:

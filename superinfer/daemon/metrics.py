@@ -53,6 +53,9 @@ class DaemonMetrics:
         self.finished = Counter(p + "requests_finished_total", "Requests that finished", ["tenant"], registry=r)
         self.rejected = Counter(p + "requests_rejected_total", "Requests refused, by reason",
                                 ["tenant", "reason"], registry=r)
+        self.shed = Counter(p + "requests_shed_total", "Requests shed before their first token (503 with "
+                            "Retry-After), by reason (deadline: the tenant's max_queue_s passed)",
+                            ["tenant", "reason"], registry=r)
         self.tokens = Counter(p + "generation_tokens_total", "Output tokens produced", ["tenant"], registry=r)
         self.ttft = Histogram(p + "time_to_first_token_seconds", "Arrival to first output token", ["tenant"],
                               buckets=TTFT_BUCKETS, registry=r)

@@ -118,6 +118,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "tbt_s": Key("float", 0.1, "time-between-tokens SLO of the default tenant (s)", 0, 3600, lo_open=True),
         "window_s": Key("float", 60.0, "window of the attainment and percentiles in /v1/state (s)", 0, 86400, lo_open=True),
         "default_tenant": Key("str", "default", "tenant of requests that name none"),
+        "max_queue_ttft_x": Key("float", 0.0, "every tenant's first-token deadline as a multiple of its TTFT SLO, "
+                                "unless the tenant sets max_queue_s: a request still without a first token that "
+                                "long after it arrived is shed (HTTP 503 with Retry-After); 0: no deadline",
+                                0, 1000),
         "unknown_tenant": Key("choice", "default", "a request naming an unknown tenant: serve it as the "
                               "default tenant, or reject it (HTTP 400)", choices=("default", "reject")),
     },
@@ -186,6 +190,9 @@ TENANT_KEYS: dict[str, Key] = {
     "weight": Key("float", 1.0, "VLT weight (>= 1)", 1, 1e6),
     "priority": Key("int", 0, "priority for the priority baseline (lower first)", -1000, 1000),
     "share": Key("float", 1.0, "twin replay: relative share of requests", 0, 1e6),
+    "max_queue_s": Key("float", None, "first-token deadline (s): a request still without a first token this long "
+                       "after it arrived is shed (HTTP 503 with Retry-After); default [slo].max_queue_ttft_x x ttft_s",
+                       0, 86400, lo_open=True),
 }
 
 

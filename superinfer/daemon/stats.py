@@ -114,6 +114,7 @@ class SloWindow:
         nb = 2 * BUCKETS_PER_WINDOW + 2
         self._gap_n = {t: _Counts(res, nb) for t in tenants}  # counts, for the attainment
         self._rot = {t: _Counts(res, nb) for t in tenants}
+        self._shed = {t: _Counts(res, nb) for t in tenants}
         self._rotations_known = False
 
     def first_token(self, tenant: str, ttft_s: float, ok: bool, now: float | None = None) -> None:
@@ -130,6 +131,15 @@ class SloWindow:
             t = time.monotonic() if now is None else now
             self._tbt[tenant].add(t, mean_tbt_s, ok)
             self._both[tenant].add(t, mean_tbt_s, bool(ok and ttft_ok))
+
+    def shed(self, tenant: str, waited_s: float, now: float | None = None) -> None:
+        """``tenant``'s request was shed after waiting ``waited_s`` without a first token: a miss of both
+        SLOs (it counts in ``slo_attainment`` as a request that did not meet them) and of the TTFT SLO."""
+        with self._lock:
+            t = time.monotonic() if now is None else now
+            self._ttft[tenant].add(t, waited_s, False)
+            self._both[tenant].add(t, waited_s, False)
+            self._shed[tenant].add(t, 1, 0)
 
     def gaps(self, tenant: str, gaps_s: Sequence[float] | np.ndarray, now: float | None = None, *,
              slo_s: float) -> int:
@@ -166,10 +176,11 @@ class SloWindow:
     def summary(self, now: float | None = None) -> dict[str, dict]:
         """Per tenant, over what was recorded in the last ``window_s`` seconds:
 
-        * ``requests``: first tokens; ``ttft_attainment``: share of them within S_F;
+        * ``requests``: first tokens and shed requests; ``ttft_attainment``: share of them within S_F;
         * ``finished``: requests that finished; ``tbt_attainment``: share of them with mean inter-token
-          time within S_B; ``slo_attainment``: share of them that met both S_F and S_B
-          (``slo_attainment <= min(tbt_attainment, share of finished with TTFT met)``);
+          time within S_B; ``slo_attainment``: share of the finished and shed ones that met both S_F and
+          S_B (a shed request meets neither);
+        * ``shed``: requests shed at their first-token deadline;
         * ``tbt_gaps``: inter-token gaps observed; ``tbt_gap_attainment``: share of them within S_B;
         * ``rotations``: rotations of the tenant's requests (None unless the backend tracks them);
           ``rotations_per_finished``: ``rotations / finished`` (None when either is unknown or 0
@@ -190,12 +201,14 @@ class SloWindow:
                 n_gaps, n_gaps_ok = self._gap_n[tenant].window(since)
                 rot = self._rot[tenant].window(since)[0] if known else None
                 fin = int(tbt_ok.size)
+                shed = self._shed[tenant].window(since)[0]
                 out[tenant] = {
                     "requests": int(ttft.size),
                     "finished": fin,
                     "ttft_attainment": _share(ttft_ok.sum(), ttft.size),
                     "tbt_attainment": _share(tbt_ok.sum(), fin),
-                    "slo_attainment": _share(both_ok.sum(), fin),
+                    "slo_attainment": _share(both_ok.sum(), both_ok.size),
+                    "shed": shed,
                     "tbt_gaps": n_gaps,
                     "tbt_gap_attainment": _share(n_gaps_ok, n_gaps),
                     "rotations": rot,

@@ -20,9 +20,9 @@ from superinfer.tui.tracker import Tracker
 
 WIDE = (("tenant", "tenant"), ("verdict", "verdict"), ("slo", "SLO ttft/tbt"), ("n", "req/fin"),
         ("ttft", "TTFT%"), ("tbt", "TBT%"), ("gap", "gap%"), ("both", "both%"), ("ttft_p", "TTFT p50/p99"),
-        ("gap_p", "gap p50/p99"), ("rot", "rot/fin"), ("trend", "trend"))
+        ("gap_p", "gap p50/p99"), ("shed", "shed"), ("rot", "rot/fin"), ("trend", "trend"))
 MEDIUM = (("tenant", "tenant"), ("verdict", "verdict"), ("n", "req/fin"), ("ttft", "TTFT%"), ("tbt", "TBT%"),
-          ("both", "both%"), ("ttft_p", "TTFT p50/p99"), ("gap_p", "gap p50/p99"), ("trend", "trend"))
+          ("both", "both%"), ("ttft_p", "TTFT p50/p99"), ("gap_p", "gap p50/p99"), ("shed", "shed"), ("trend", "trend"))
 COMPACT = (("tenant", "tenant"), ("verdict", "verdict"), ("n", "req/fin"), ("ttft", "TTFT%"), ("both", "both%"),
            ("ttft_p", "TTFT p99"), ("gap_p", "gap p99"), ("trend", "trend"))
 #: columns by layout; the app picks one by terminal width (:func:`layout_for`)
@@ -73,6 +73,8 @@ def tenant_cells(tr: Tracker, name: str, now: float, layout: str) -> dict[str, T
         "gap_p": _pair(w.get("tbt_p50_s"), w.get("tbt_p99_s"), t.get("tbt_slo_s"), compact),
         "rot": Text(number(None if w.get("rotations_per_finished") is None else round(w["rotations_per_finished"], 1)),
                     justify="right"),
+        # requests shed at their first-token deadline in the window (503 with Retry-After)
+        "shed": Text(number(w.get("shed")), style="red" if w.get("shed") else "", justify="right"),
     }
     arrow, delta = d["trend"], d["trend_pp"]
     style = "green" if arrow == "↑" else "red" if arrow == "↓" else "dim"

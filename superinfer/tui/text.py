@@ -23,11 +23,11 @@ _BARE = re.compile(r"^[A-Za-z0-9_.:/@+%-]+$")
 _COLOURS = {OK: "\x1b[32m", WARN: "\x1b[33m", BREACH: "\x1b[31m"}
 TENANT_KEYS = ("ttft_slo_s", "tbt_slo_s", "weight")
 WINDOW_KEYS = ("requests", "finished", "ttft_attainment", "tbt_attainment", "tbt_gap_attainment", "slo_attainment",
-               "ttft_p50_s", "ttft_p99_s", "tbt_p50_s", "tbt_p99_s", "rotations", "rotations_per_finished")
+               "shed", "ttft_p50_s", "ttft_p99_s", "tbt_p50_s", "tbt_p99_s", "rotations", "rotations_per_finished")
 #: derived per-tenant fields and their ``--once`` names
 DERIVED_TENANT_KEYS = {"verdict": "verdict", "ttft": "ttft_verdict", "slo": "slo_verdict", "tbt": "tbt_verdict",
                        "gap": "gap_verdict", "trend_pp": "trend_pp", "why": "why"}
-COUNTER_KEYS = ("arrived", "finished", "rejected", "aborted", "preemptions", "rotations", "recompute_fallbacks",
+COUNTER_KEYS = ("arrived", "finished", "rejected", "shed", "aborted", "preemptions", "rotations", "recompute_fallbacks",
                 "swap_ins")
 TUNER_KEYS = ("mode", "state", "frozen", "frozen_reason", "phase", "rollbacks_last_hour")
 

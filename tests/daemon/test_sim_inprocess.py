@@ -130,7 +130,7 @@ def test_stop_admission_refuses_and_the_drain_deadline_aborts_waiters(tmp_path):
     assert backend.inflight() == 0 and backend.crashed is None
 
 
-WINDOW_KEYS = {"requests", "finished", "ttft_attainment", "tbt_attainment", "slo_attainment", "tbt_gaps",
+WINDOW_KEYS = {"requests", "finished", "shed", "ttft_attainment", "tbt_attainment", "slo_attainment", "tbt_gaps",
                "tbt_gap_attainment", "rotations", "rotations_per_finished", "ttft_p50_s", "ttft_p99_s",
                "tbt_p50_s", "tbt_p99_s"}
 

@@ -26,12 +26,15 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from superinfer.core import rank_order
 from superinfer.daemon.backends.base import Backend, Host
 from superinfer.daemon.backends.recorder import PHASES, StepRecorder, phase_counts
 from superinfer.daemon.backends.replay import Replay
 from superinfer.daemon.backends.sim_http import SimRequest, dispatch, register_openai_routes, waiter_events
 from superinfer.daemon.backends.twin import MAX_LIVE, LiveTwin
+from superinfer.daemon.httputil import retry_after_s
 from superinfer.sim.costmodel import CostModel
 from superinfer.sim.engine import SimConfig, reference_iteration_s
 from superinfer.sim.hardware import get_hardware
@@ -86,6 +89,8 @@ class SimBackend(Backend):
                                                                     self.hardware.dram_bytes)),
                                 seed=g("sim", "seed"))
         self.twin = LiveTwin(self.cm, self.simcfg)
+        self.max_queue_s = self.simcfg.tenants.max_queue_s  # first-token deadlines, per tenant (inf: none)
+        self._deadlines = bool(np.isfinite(self.max_queue_s).any())
         self.tenants = cfg.tenants
         self.names = [t.name for t in self.tenants]
         self.tenant_index = {t.name: i for i, t in enumerate(self.tenants)}
@@ -195,6 +200,7 @@ class SimBackend(Backend):
             self.beat = time.monotonic()
             with self._lock:
                 self._admit(start)
+                self._shed(start)
                 res = twin.step(start) if len(st) else None
                 if res is not None:
                     rec.record(res, st, self.host.metrics, self.host.slo, self.lag)
@@ -259,6 +265,23 @@ class SimBackend(Backend):
                 m.t_arrived[names[tenant]].inc()
                 if self.host.tuner is not None:
                     self.host.tuner.arrival(t + self.t0, names[tenant], prompt)
+
+    def _shed(self, now: float) -> None:
+        """Shed the requests still without a first token at their tenant's deadline (lock held): counted in
+        ``superinfer_requests_shed_total`` and the SLO window (a miss); an HTTP waiter gets a ``shed`` event
+        (503 with ``Retry-After``, :mod:`superinfer.daemon.backends.sim_http`)."""
+        if not self._deadlines:
+            return
+        tenants: list[int] = []
+        ids = self.twin.state.shed_expired(now, self.max_queue_s, tenants)
+        for rid, ti in zip(ids, tenants):
+            name = self.names[ti]
+            self.host.metrics.shed.labels(name, "deadline").inc()
+            req = self._http.pop(rid, None)
+            waited = now - req.t_submit if req is not None else float(self.max_queue_s[ti])
+            self.host.slo.shed(name, waited)
+            if req is not None:
+                self._loop.call_soon_threadsafe(req.queue.put_nowait, ("shed", retry_after_s(self.tenants[ti].ttft_slo)))
 
     # ---- HTTP ----------------------------------------------------------------------------------
     def register_routes(self, app: FastAPI, host: Host) -> None:

@@ -178,25 +178,40 @@ def completion_body(req: SimRequest, cid: str, served: str, text: str, finish: s
     return out
 
 
+def refusal(event: tuple[str, Any], req: SimRequest) -> Response | None:
+    """The answer to a request whose first event says it will get no token (an engine error, or shed at its
+    first-token deadline: 503 with ``Retry-After``, the event's value); None for a token."""
+    kind, value = event
+    if kind == "error":
+        return error(503, value, "unavailable")
+    if kind == "shed":
+        return error(503, f"shed: no first token within tenant {req.tenant!r}'s deadline; the host is overloaded, "
+                     f"retry after {value} s", "overloaded", headers={"Retry-After": str(value)})
+    return None
+
+
 async def collect(req: SimRequest, cid: str, served: str) -> Response:
     """Wait for the final event; the whole completion as JSON, or 503 with the error."""
     while True:
         kind, value = await req.queue.get()
+        refused = refusal((kind, value), req)
+        if refused is not None:
+            return refused
         if kind == "token":
             req.tokens += value
-        elif kind == "error":
-            return error(503, value, "unavailable")
         else:
             req.tokens += 1
             return JSONResponse(completion_body(req, cid, served, synthetic_text(0, req.tokens), "length", value),
                                 headers=SIM_HEADER)
 
 
-async def stream(req: SimRequest, cid: str, served: str) -> AsyncIterator[str]:
-    """Server-sent events: one chunk per event, then ``data: [DONE]`` (an error is sent as one
-    ``{"error": ...}`` chunk before it)."""
+async def stream(req: SimRequest, cid: str, served: str, first: tuple[str, Any]) -> AsyncIterator[str]:
+    """Server-sent events from the ``first`` event on: one chunk per event, then ``data: [DONE]`` (an error is
+    sent as one ``{"error": ...}`` chunk before it)."""
+    event: tuple[str, Any] | None = first
     while True:
-        kind, value = await req.queue.get()
+        kind, value = event if event is not None else await req.queue.get()
+        event = None
         if kind == "error":
             yield "data: " + json.dumps({"error": {"message": value, "type": "unavailable", "code": 503}}) + "\n\n"
             yield "data: [DONE]\n\n"
@@ -251,7 +266,11 @@ def register_openai_routes(app: FastAPI, host: Host, engine: SimEngine) -> None:
             return error(503, "overloaded: too many requests in flight", "unavailable", headers={"Retry-After": "1"})
         engine.submit(req)
         cid = f"cmpl-sim-{next(ids)}"
-        if body.get("stream"):
-            return StreamingResponse(stream(req, cid, engine.served), media_type="text/event-stream",
+        if body.get("stream"):  # answered once the first token is there: a shed request gets a plain 503
+            first = await req.queue.get()
+            refused = refusal(first, req)
+            if refused is not None:
+                return refused
+            return StreamingResponse(stream(req, cid, engine.served, first), media_type="text/event-stream",
                                      headers=SIM_HEADER)
         return await collect(req, cid, engine.served)

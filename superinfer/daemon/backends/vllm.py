@@ -6,8 +6,9 @@ The child (``python -m vllm.entrypoints.openai.api_server``) listens on loopback
 live params from ``<state-dir>/params.json`` (``SUPERINFER_PARAMS_FILE``), which the daemon rewrites
 atomically on every ``PUT /v1/params``. Clients talk to the daemon's port: ``/v1/completions``,
 ``/v1/chat/completions`` and ``/v1/models`` are proxied to the child after the tenant is resolved
-(``vllm_xargs.tenant``; unknown -> default tenant or 400, per profile) and the daemon times streamed
-tokens per tenant. Invariants: the child dies with the daemon (``PR_SET_PDEATHSIG``); after
+(``vllm_xargs.tenant``; unknown -> default tenant or 400, per profile); a streamed request is answered only
+once its first token is there, or shed with 503 at its tenant's first-token deadline, and its tokens are
+timed per tenant (:mod:`superinfer.daemon.backends.vllm_stream`). Invariants: the child dies with the daemon (``PR_SET_PDEATHSIG``); after
 :meth:`stop_admission` new requests get 503 while in-flight ones finish; the child is stopped only after
 the drain.
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
 from superinfer.daemon import parallel
 from superinfer.daemon.backends.base import Backend, Host
@@ -37,6 +38,7 @@ from superinfer.daemon.backends.vllm_child import (
     served_default,
     vllm_command,
 )
+from superinfer.daemon.backends.vllm_stream import stream_completion
 from superinfer.daemon.errors import StartError
 from superinfer.daemon.httputil import HttpError, error, json_body, resolve_tenant
 from superinfer.daemon.wire import TENANT_XARG, XARGS_FIELD
@@ -97,7 +99,7 @@ class VllmBackend(Backend):
         self.engine_url = ""
         self.admitting = True
         self._inflight = 0
-        self.counts = {"arrived": 0, "finished": 0, "rejected": 0, "aborted": 0, "failed": 0}
+        self.counts = {"arrived": 0, "finished": 0, "rejected": 0, "shed": 0, "aborted": 0, "failed": 0}
         self.scraped: dict[str, float] = {}
         self.num_blocks: int | None = None
         self._client = None
@@ -254,9 +256,7 @@ class VllmBackend(Backend):
     async def _forward(self, path: str, body: dict, tenant: str) -> Response:
         import httpx
 
-        h = self.host
-        m = h.metrics
-        slo = self.tenants[self.tenant_index[tenant]]
+        m = self.host.metrics
         self._inflight += 1
         self.counts["arrived"] += 1
         m.t_arrived[tenant].inc()
@@ -277,52 +277,7 @@ class VllmBackend(Backend):
                     pass
             return Response(r.content, status_code=r.status_code, media_type="application/json")
 
-        tuner = h.tuner
-        if tuner is not None:  # only streamed requests are timed, so only they are reported to the tuner
-            prompt = body.get("prompt", body.get("messages", ""))
-            tuner.arrival(t0, tenant, len(prompt) if isinstance(prompt, list) else max(len(str(prompt)) // 4, 1))
-
-        async def stream():
-            first = last = None
-            ttft_ok: bool | None = None
-            gaps: list[float] = []
-            outcome = "failed"
-            try:
-                async with self._client.stream("POST", path, json=body) as r:
-                    async for line in r.aiter_lines():
-                        if is_token_event(line):
-                            now = time.monotonic()
-                            if first is None:
-                                first = now
-                                ttft = now - t0
-                                ttft_ok = ttft <= slo.ttft_slo
-                                m.observe_first_token(tenant, ttft, ttft_ok)
-                                h.slo.first_token(tenant, ttft, ttft_ok)
-                                if tuner is not None:
-                                    tuner.first_token(t0, tenant, ttft_ok)
-                            else:
-                                gap = now - last
-                                gaps.append(gap)
-                                m.observe_gap(tenant, gap, gap <= slo.tbt_slo)
-                            last = now
-                            m.t_tokens[tenant].inc()
-                        yield line + "\n"
-                    outcome = outcome_of(r.status_code)
-            except (asyncio.CancelledError, GeneratorExit):
-                outcome = "aborted"  # the client went away (or the drain gave up on it)
-                raise
-            finally:
-                # gaps enter the SLO window when the stream ends, finished or not (all were observed)
-                h.slo.gaps(tenant, gaps, slo_s=slo.tbt_slo)
-                if outcome == "finished":
-                    mean = sum(gaps) / len(gaps) if gaps else 0.0
-                    m.observe_finished(tenant, mean <= slo.tbt_slo, ttft_ok)
-                    h.slo.finished(tenant, mean, mean <= slo.tbt_slo, ttft_ok=ttft_ok)
-                    if tuner is not None:
-                        tuner.finished(t0, tenant, ttft_ok, mean <= slo.tbt_slo, len(gaps) + (first is not None))
-                self._done(outcome, tenant)
-
-        return StreamingResponse(stream(), media_type="text/event-stream")
+        return await stream_completion(self, path, body, tenant, t0)
 
     def _done(self, outcome: str, tenant: str | None = None) -> None:
         self._inflight -= 1

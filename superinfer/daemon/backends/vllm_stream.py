@@ -1,0 +1,154 @@
+"""The ``vllm`` backend's streamed completions: the first-token deadline, then the SSE relay with its timing.
+
+A streamed request is opened against the engine child and its events are read **before the daemon answers**:
+until its first token the client has been sent nothing, not even headers. If the tenant's first-token deadline
+(``max_queue_s``, counted from arrival at the daemon) passes first, the engine request is closed — vLLM aborts a
+request whose client went away, through its own abort path, and frees whatever KV it held — and the client gets
+an OpenAI-style 503 with ``Retry-After``: the request was *shed*, it never started. Once the first token is
+there the daemon answers 200 and relays the stream to its end: an accepted stream is never cut off by shedding.
+An engine answer that carries no token (a 4xx for a prompt too long, a 5xx) is passed on with its own status.
+
+Without a deadline (``max_queue_s`` infinite) the first events are still read before answering, so a client
+always sees the engine's own status code. Timing: TTFT, every inter-token gap and the finished request's SLO
+outcome go to ``/metrics``, the SLO window and the tuner, as before this module existed; a shed request is an
+SLO miss (:meth:`superinfer.daemon.stats.SloWindow.shed`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi.responses import Response, StreamingResponse
+
+from superinfer.daemon.httputil import error, retry_after_s
+
+#: the reason label of a request shed at its first-token deadline (``superinfer_requests_shed_total``)
+DEADLINE = "deadline"
+
+
+class Shed(Exception):
+    """The first-token deadline passed before the engine produced a token."""
+
+
+async def read_head(lines: AsyncIterator[str], is_token: Callable[[str], bool], timeout_s: float) -> tuple[list[str], bool]:
+    """Read ``lines`` up to and including the first token event: (the lines read, whether the stream ended
+    before any token). Raises :class:`Shed` when ``timeout_s`` passes first (``inf``: never)."""
+    head: list[str] = []
+
+    async def first() -> bool:
+        async for line in lines:
+            head.append(line)
+            if is_token(line):
+                return False
+        return True
+
+    if not math.isfinite(timeout_s):
+        return head, await first()
+    if timeout_s <= 0:
+        raise Shed()
+    try:
+        ended = await asyncio.wait_for(first(), timeout_s)
+    except asyncio.TimeoutError:
+        raise Shed() from None
+    return head, ended
+
+
+async def stream_completion(backend: Any, path: str, body: dict, tenant: str, t0: float) -> Response:
+    """Forward a streamed completion for ``tenant`` (arrived at ``t0``, monotonic): shed at the deadline, or
+    answer with the engine's status and relay its events (module docstring)."""
+    import httpx
+
+    from superinfer.daemon.backends.vllm import is_token_event, outcome_of
+
+    h, slo = backend.host, backend.tenants[backend.tenant_index[tenant]]
+    m, tuner = h.metrics, h.tuner
+    if tuner is not None:  # only streamed requests are timed, so only they are reported to the tuner
+        prompt = body.get("prompt", body.get("messages", ""))
+        tuner.arrival(t0, tenant, len(prompt) if isinstance(prompt, list) else max(len(str(prompt)) // 4, 1))
+    upstream = backend._client.stream("POST", path, json=body)
+    try:
+        r = await upstream.__aenter__()
+        lines = r.aiter_lines()
+        head, ended = await read_head(lines, is_token_event, slo.max_queue_s - (time.monotonic() - t0))
+    except Shed:
+        await upstream.__aexit__(None, None, None)  # the engine sees the client go and aborts the request
+        waited = time.monotonic() - t0
+        backend._done("shed", tenant)
+        m.shed.labels(tenant, DEADLINE).inc()
+        h.slo.shed(tenant, waited)
+        if tuner is not None:
+            tuner.first_token(t0, tenant, False)
+        after = retry_after_s(slo.ttft_slo)
+        return error(503, f"shed: no first token within the tenant's deadline ({slo.max_queue_s:g} s); the host "
+                     f"is overloaded, retry after {after} s", "overloaded", headers={"Retry-After": str(after)})
+    except httpx.HTTPError as exc:
+        await upstream.__aexit__(type(exc), exc, exc.__traceback__)
+        backend._done("failed")
+        return error(502, f"engine unreachable: {exc}", "bad_gateway")
+    except BaseException:
+        await upstream.__aexit__(None, None, None)
+        backend._done("aborted", tenant)  # the client went away while it waited
+        raise
+    if ended:  # no token at all: the engine's own answer (an error, or an empty completion), status kept
+        await upstream.__aexit__(None, None, None)
+        outcome = outcome_of(r.status_code)
+        backend._done(outcome, tenant)
+        if outcome == "finished":
+            m.observe_finished(tenant, True, None)
+            h.slo.finished(tenant, 0.0, True, ttft_ok=None)
+        return Response("\n".join(head) + "\n", status_code=r.status_code,
+                        media_type=r.headers.get("content-type", "text/event-stream"))
+
+    async def relay():
+        first = last = None
+        ttft_ok: bool | None = None
+        gaps: list[float] = []
+        outcome = "failed"
+
+        def observe(line: str) -> None:
+            nonlocal first, last, ttft_ok
+            if not is_token_event(line):
+                return
+            now = time.monotonic()
+            if first is None:
+                first = now
+                ttft = now - t0
+                ttft_ok = ttft <= slo.ttft_slo
+                m.observe_first_token(tenant, ttft, ttft_ok)
+                h.slo.first_token(tenant, ttft, ttft_ok)
+                if tuner is not None:
+                    tuner.first_token(t0, tenant, ttft_ok)
+            else:
+                gaps.append(now - last)
+                m.observe_gap(tenant, gaps[-1], gaps[-1] <= slo.tbt_slo)
+            last = now
+            m.t_tokens[tenant].inc()
+
+        try:
+            for line in head:
+                observe(line)
+                yield line + "\n"
+            async for line in lines:
+                observe(line)
+                yield line + "\n"
+            outcome = outcome_of(r.status_code)
+        except (asyncio.CancelledError, GeneratorExit):
+            outcome = "aborted"  # the client went away (or the drain gave up on it)
+            raise
+        finally:
+            await upstream.__aexit__(None, None, None)
+            # gaps enter the SLO window when the stream ends, finished or not (all were observed)
+            h.slo.gaps(tenant, gaps, slo_s=slo.tbt_slo)
+            if outcome == "finished":
+                mean = sum(gaps) / len(gaps) if gaps else 0.0
+                m.observe_finished(tenant, mean <= slo.tbt_slo, ttft_ok)
+                h.slo.finished(tenant, mean, mean <= slo.tbt_slo, ttft_ok=ttft_ok)
+                if tuner is not None:
+                    tuner.finished(t0, tenant, ttft_ok, mean <= slo.tbt_slo, len(gaps) + (first is not None))
+            backend._done(outcome, tenant)
+
+    return StreamingResponse(relay(), status_code=r.status_code, media_type="text/event-stream")
