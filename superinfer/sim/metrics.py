@@ -145,16 +145,35 @@ def bootstrap_ci(values: list[float], seed: int = 0, resamples: int = 2000) -> t
     return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
+def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Student's t interval of the mean (``n - 1`` degrees of freedom) at ``level``; fewer than two values
+    give a zero-width interval at the value (nan when there is none), as :func:`bootstrap_ci`."""
+    from scipy.stats import t as student_t
+
+    if not 0 < level < 1:
+        raise ValueError(f"level: expected 0 < level < 1, got {level!r}")
+    x = np.asarray(values, dtype=np.float64)
+    if x.size <= 1:
+        v = float(x[0]) if x.size else math.nan
+        return v, v
+    m = float(x.mean())
+    half = float(student_t.ppf(0.5 + level / 2, x.size - 1)) * float(x.std(ddof=1)) / math.sqrt(x.size)
+    return m - half, m + half
+
+
 def summarise(runs: list[dict]) -> list[dict]:
-    """Mean and bootstrap 95 % interval per (policy, rps, variant) over seeds."""
+    """Mean and bootstrap 95 % interval per (policy, rps, variant, share) over seeds; ``share`` (a run's
+    load as a share of the engine's measured capacity, ``bench vllm --capacity-share``) only when set."""
     groups: dict[tuple, list[dict]] = {}
     for r in runs:
-        groups.setdefault((r["policy"], r["rps"], r.get("variant", "")), []).append(r)
+        groups.setdefault((r["policy"], r["rps"], r.get("variant", ""), r.get("share")), []).append(r)
     out = []
-    for (policy, rps, variant), rs in groups.items():
+    for (policy, rps, variant, share), rs in groups.items():
         row: dict = {"policy": policy, "rps": rps, "seeds": len(rs)}
         if variant:
             row["variant"] = variant
+        if share is not None:
+            row["share"] = share
         for k in SUMMARY_KEYS:
             if any(k not in r for r in rs):
                 continue  # runs recorded before this metric existed

@@ -10,6 +10,14 @@ seeds with bootstrap 95 % intervals (:func:`superinfer.sim.metrics.summarise`), 
 of ``bench sim``. SLOs are explicit (``--ttft-slo/--tbt-slo``) or ``--slo-scale K`` times the engine's
 unloaded TTFT and mean TBT of a median request, measured first. ``--save-trace`` writes the replayed
 requests (seed 0) as a Mooncake trace for the simulator twin.
+
+``--capacity-share 0.8,1.2`` (instead of ``--rps``) sets each load as a share of the engine's capacity,
+measured at the start of the same run: K = ``--capacity-requests`` requests of the workload (seed 0) all
+arriving at t = 0 on the stock engine with the runs' sizes; capacity = K / the time until the last one
+finishes, in requests/s, on the second of two such bursts (JSON ``capacity``; again after the runs:
+``capacity_end``). Per seed and load every policy replays the same requests, and ``paired`` holds the
+per-seed differences of each ``--pairs`` pair with Student-t 95 % intervals
+(:mod:`superinfer.vllm.bench_paired`).
 """
 
 from __future__ import annotations
@@ -22,8 +30,11 @@ from typing import Any, Callable
 
 import click
 import numpy as np
+from click.core import ParameterSource
 
 from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS
+from superinfer.vllm.bench_paired import (end_capacity, paired_results, parse_pairs, parse_shares,
+                                          run_interleaved, start_capacity)
 from superinfer.vllm.bench_text import echo_summary
 from superinfer.vllm.hostload import HostLoad, rt_throttle
 
@@ -298,45 +309,63 @@ def prepare(o: dict[str, Any], workdir: Path) -> tuple[list[str], tuple[float, f
 
 @click.command("vllm")
 @engine_options
+@click.option("--capacity-share", default=None, callback=parse_shares, metavar="S1,S2,...",
+              help="Loads as shares (> 0) of the engine's capacity measured at the start (not with --rps): "
+                   "K = --capacity-requests requests of the workload (seed 0) all at t=0 on the stock engine, "
+                   "same sizes; capacity = K / the time until the last finishes, in req/s (the second of "
+                   "two such bursts: the first warms the process up).")
+@click.option("--capacity-requests", default=48, show_default=True, type=click.IntRange(min=1),
+              help="K, the burst that measures the capacity.")
+@click.option("--capacity-end/--no-capacity-end", default=True, show_default=True,
+              help="With --capacity-share: measure the capacity again after the runs (the host's drift).")
+@click.option("--pairs", default=None, metavar="A:B,...",
+              help="Paired differences A - B over seeds (default: every policy vs vllm, and lvf vs lvf-hbm).")
 @click.option("--save-trace", default=None, type=click.Path(dir_okay=False), help="Write the seed-0 requests as Mooncake JSONL.")
 @click.option("--json", "json_path", default=None, help="Write the JSON here ('-' for stdout).")
 def bench_vllm(**o: Any) -> None:
     """Compare policies on a real vLLM engine: attainment, tails, throughput, with 95 % CIs."""
     from superinfer.sim.metrics import summarise
 
+    shares = o["capacity_share"]
+    if shares and click.get_current_context().get_parameter_source("rps") is not ParameterSource.DEFAULT:
+        raise click.UsageError("give either --rps or --capacity-share, not both")
+    pairs = parse_pairs(o["pairs"], [p.strip() for p in str(o["policies"]).split(",") if p.strip()])
+    capacity = capacity_end = None
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         policies, slo, measured = prepare(o, workdir)
+        if shares:
+            capacity = start_capacity(o, workdir, _requests)
+            click.echo(f"capacity: {capacity['rps']:.3f} req/s ({capacity['requests']} requests at t=0, "
+                       f"makespan {capacity['makespan_s']:.2f} s)", err=True)
+        loads = [(s, s * capacity["rps"]) for s in shares] if capacity else [(None, o["rps"])]
         if o["save_trace"]:
             from superinfer.vllm.replay import write_mooncake
 
-            _, arr, prompt, output, _ = _requests(o["workload"], o["arrival"], o["rps"], o["duration"], 0,
+            _, arr, prompt, output, _ = _requests(o["workload"], o["arrival"], loads[0][1], o["duration"], 0,
                                                   o["max_model_len"])
             write_mooncake(Path(o["save_trace"]), arr, prompt, output)
-        # Policies run one after another; the order rotates with the seed so that no policy always runs
-        # first (or last) on a host whose load drifts. Each run is appended to <json>.runs.jsonl as it
+        # Per seed, per load, every policy on the same requests, the order rotated by seed and load (no policy
+        # always runs first on a host whose load drifts). Each run is appended to <json>.runs.jsonl as it
         # finishes, so a later failure (an engine, the summary) never loses the runs before it.
         partial = (Path(str(o["json_path"]) + ".runs.jsonl")
                    if o["json_path"] and o["json_path"] != "-" else None)
-        if partial is not None:
-            partial.write_text("")
-        runs = []
-        for s in range(o["seeds"]):
-            for k in range(len(policies)):
-                runs.append(run_policy(policies[(k + s) % len(policies)], s, o, slo, workdir))
-                if partial is not None:
-                    with partial.open("a") as fh:
-                        fh.write(json.dumps(runs[-1], default=str) + "\n")
-        runs.sort(key=lambda x: (x["seed"], policies.index(x["policy"])))
+        runs = run_interleaved(policies, loads, o["seeds"],
+                               lambda p, s, rps: run_policy(p, s, {**o, "rps": rps}, slo, workdir), partial)
+        if capacity and o["capacity_end"]:
+            capacity_end = end_capacity(o, workdir, _requests, capacity)
     result = {
         "command": "superinferd bench vllm " + " ".join(sys.argv[3:]),
         "config": {k: v for k, v in o.items() if k != "json_path"},
         "slo": {"ttft_slo_s": slo[0], "tbt_slo_s": slo[1], "measured": measured},
         "runs": runs,
     }
+    if capacity:
+        result.update(capacity=capacity, capacity_end=capacity_end)
     try:
         result["summary"] = summarise(runs)
         result["engine_counters_mean"] = counters_mean(runs, policies)
+        result["paired"] = paired_results(runs, pairs)
     except Exception as exc:  # noqa: BLE001 - the runs are written whatever went wrong in their summary
         result["summary_error"] = f"{type(exc).__name__}: {exc}"
         click.echo(f"error: the summary failed ({result['summary_error']}); the runs are written unsummarised",

@@ -4,7 +4,8 @@ exploration, and the stationary control.
 
 Intervals: ``*_ci`` are 95 % percentile-bootstrap intervals of the mean over seeds
 (``superinfer.sim.metrics.bootstrap_ci``); the paired difference also gets Student's t interval
-(n - 1 degrees of freedom), which is wider with five seeds and is the one the target is judged on.
+(n - 1 degrees of freedom, ``superinfer.sim.metrics.t_interval``), which is wider with five seeds and is
+the one the target is judged on.
 
 Recovery after a shift (each true phase boundary but the first): the time from the boundary until the
 tuner's attainment over the last two ``bin_s`` bins (by arrival time) is within ``tolerance`` of the
@@ -15,23 +16,14 @@ length, and counted as not recovered). ``recovery_trials``: the trials the tuner
 from __future__ import annotations
 
 import math
-from statistics import mean, stdev
+from statistics import mean
 from typing import Any
 
 import numpy as np
 
-from superinfer.sim.metrics import bootstrap_ci
+from superinfer.sim.metrics import bootstrap_ci, t_interval
 
 KEYS = ("slo_attainment", "weighted_slo_attainment", "ttft_attainment", "tbt_attainment")
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
-
-
-def t_interval(x: list[float]) -> tuple[float, float]:
-    if len(x) < 2:
-        v = x[0] if x else math.nan
-        return v, v
-    half = T975.get(len(x) - 1, 1.96) * stdev(x) / math.sqrt(len(x))
-    return mean(x) - half, mean(x) + half
 
 
 def _by(runs: list[dict], scenario: str, strategy: str) -> list[dict]:
