@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from superinfer.daemon.backends.vllm import is_token_event
+from superinfer.daemon.backends.vllm_stream import is_token_event
 from superinfer.daemon.metrics import DaemonMetrics
 from superinfer.daemon.stats import SloWindow
 

@@ -38,7 +38,7 @@ from superinfer.daemon.backends.vllm_child import (
     served_default,
     vllm_command,
 )
-from superinfer.daemon.backends.vllm_stream import stream_completion
+from superinfer.daemon.backends.vllm_stream import outcome_of, stream_completion
 from superinfer.daemon.errors import StartError
 from superinfer.daemon.httputil import HttpError, error, json_body, resolve_tenant
 from superinfer.daemon.wire import TENANT_XARG, XARGS_FIELD
@@ -52,24 +52,6 @@ log = logging.getLogger("superinfer.daemon")
 PROXIED = ("/v1/completions", "/v1/chat/completions")
 ENGINE_KEEPALIVE_S = 2.0  # idle expiry of the proxy's connections to the vLLM child (below its 5 s keep-alive)
 _METRIC_RE = re.compile(r"^(vllm:[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+|NaN)$", re.M)
-
-
-def is_token_event(line: str) -> bool:
-    """Whether one line of vLLM's SSE stream carries output: a ``data:`` event other than ``[DONE]``, the
-    usage-only event (``stream_options.include_usage``: ``"choices":[]``) and the chat stream's opening
-    role event (``"delta":{"role":"assistant","content":""}``, sent just before the first token's). vLLM
-    sends one such event per engine step that produced text for the request, so the proxy times events,
-    not tokens: steps whose text vLLM holds back (stop strings, tool or reasoning parsers) merge into the
-    next event. vLLM serializes compactly, and a quote inside a string is escaped, so the substrings
-    match only JSON keys."""
-    return (line.startswith("data: ") and line != "data: [DONE]" and '"choices":[]' not in line
-            and '"role":' not in line)
-
-
-def outcome_of(status: int) -> str:
-    """How a request the engine answered ends: finished (200), rejected (4xx: the request was bad, e.g. too
-    long for the model) or failed (anything else)."""
-    return "finished" if status == 200 else "rejected" if 400 <= status < 500 else "failed"
 
 
 class VllmBackend(Backend):

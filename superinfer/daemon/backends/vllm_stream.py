@@ -30,6 +30,24 @@ from superinfer.daemon.httputil import error, retry_after_s
 DEADLINE = "deadline"
 
 
+def is_token_event(line: str) -> bool:
+    """Whether one line of vLLM's SSE stream carries output: a ``data:`` event other than ``[DONE]``, the
+    usage-only event (``stream_options.include_usage``: ``"choices":[]``) and the chat stream's opening
+    role event (``"delta":{"role":"assistant","content":""}``, sent just before the first token's). vLLM
+    sends one such event per engine step that produced text for the request, so the proxy times events,
+    not tokens: steps whose text vLLM holds back (stop strings, tool or reasoning parsers) merge into the
+    next event. vLLM serializes compactly, and a quote inside a string is escaped, so the substrings
+    match only JSON keys."""
+    return (line.startswith("data: ") and line != "data: [DONE]" and '"choices":[]' not in line
+            and '"role":' not in line)
+
+
+def outcome_of(status: int) -> str:
+    """How a request the engine answered ends: finished (200), rejected (4xx: the request was bad, e.g. too
+    long for the model) or failed (anything else)."""
+    return "finished" if status == 200 else "rejected" if 400 <= status < 500 else "failed"
+
+
 class Shed(Exception):
     """The first-token deadline passed before the engine produced a token."""
 
@@ -61,8 +79,6 @@ async def stream_completion(backend: Any, path: str, body: dict, tenant: str, t0
     """Forward a streamed completion for ``tenant`` (arrived at ``t0``, monotonic): shed at the deadline, or
     answer with the engine's status and relay its events (module docstring)."""
     import httpx
-
-    from superinfer.daemon.backends.vllm import is_token_event, outcome_of
 
     h, slo = backend.host, backend.tenants[backend.tenant_index[tenant]]
     m, tuner = h.metrics, h.tuner
