@@ -17,32 +17,12 @@ from superinfer.daemon.backends.sim import SimBackend
 from superinfer.daemon.config import resolve
 from superinfer.daemon.params import ParamStore
 from superinfer.daemon.profiles import ProfileError
+from tests.daemon.conftest import TEST_PROFILE
 
-PROFILE = """
-[engine]
-model = "llama-3-8b"
-hardware = "gh200"
-max_num_seqs = 1
-drain_timeout_s = 30.0
-
-[slo]
-ttft_s = 5.0
-tbt_s = 0.1
-default_tenant = "chat"
-max_queue_ttft_x = 4.0
-
-[sim]
-rps = 0.0
-
-[[tenants]]
-name = "chat"
-
-[[tenants]]
-name = "voice"
-ttft_s = 1.5
-tbt_s = 0.05
-max_queue_s = 0.3
-"""
+# the shared test profile with one sequence slot, deadlines at 4x the TTFT SLO, and 0.3 s for "voice"
+PROFILE = (TEST_PROFILE.replace("max_num_seqs = 4", "max_num_seqs = 1")
+           .replace('default_tenant = "chat"', 'default_tenant = "chat"\nmax_queue_ttft_x = 4.0')
+           .replace("weight = 4.0", "weight = 4.0\nmax_queue_s = 0.3"))
 
 
 def config(tmp_path: Path, text: str = PROFILE):
@@ -92,7 +72,7 @@ def test_a_request_without_a_first_token_at_its_deadline_is_shed_with_503_and_re
     assert done.status_code == 200 and done.text.rstrip().endswith("data: [DONE]")  # never cut off
     for r in shed:
         assert r.status_code == 503, r.text
-        assert r.headers["retry-after"] == "2"  # the voice tenant's TTFT SLO, 1.5 s, in whole seconds
+        assert r.headers["retry-after"] == "1"  # the voice tenant's TTFT SLO, 1 s, in whole seconds
         assert json.loads(r.text)["error"]["type"] == "overloaded"
     m = daemon.metrics.registry.get_sample_value
     assert m("superinfer_requests_shed_total", {"tenant": "voice", "reason": "deadline"}) == 2
