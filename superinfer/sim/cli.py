@@ -161,20 +161,27 @@ def bench_sim(**o: object) -> None:
         "command": "superinferd bench sim " + " ".join(sys.argv[3:]),
         "config": {k: v for k, v in o.items() if k not in ("json_path", "plot_dir", "workers")},
         "runs": runs,
-        "summary": summarise(runs),
     }
-    if o["plot_dir"]:
-        from superinfer.sim.plots import attainment_vs_x
+    try:  # the runs are written whatever goes wrong in their summary or plot
+        result["summary"] = summarise(runs)
+        if o["plot_dir"]:
+            from superinfer.sim.plots import attainment_vs_x
 
-        path = os.path.join(str(o["plot_dir"]), f"attainment_{o['model']}_{o['hardware']}.png")
-        attainment_vs_x(result["summary"], path, f"{o['model']} on {o['hardware']}, {o['workload']} ({o['arrival']})")
-        result["plots"] = [path]
+            path = os.path.join(str(o["plot_dir"]), f"attainment_{o['model']}_{o['hardware']}.png")
+            attainment_vs_x(result["summary"], path, f"{o['model']} on {o['hardware']}, {o['workload']} ({o['arrival']})")
+            result["plots"] = [path]
+    except Exception as exc:  # noqa: BLE001 - reported, and the runs kept
+        result["summary_error"] = f"{type(exc).__name__}: {exc}"
+        click.echo(f"error: the summary failed ({result['summary_error']}); the runs are written unsummarised",
+                   err=True)
     text = json.dumps(result, indent=1)
     if o["json_path"] == "-":
         click.echo(text)
     elif o["json_path"]:
         with open(str(o["json_path"]), "w") as fh:
             fh.write(text + "\n")
+    if "summary_error" in result:
+        sys.exit(1)
     if o["json_path"] != "-":
         _table(result["summary"])
 

@@ -85,3 +85,19 @@ def test_bench_sim_rejects_out_of_bounds_knobs_naming_them():
             assert "--" + key.replace("_", "-") in r.output or key in r.output, r.output
     r = invoke("bench", "sim", "--rps", "1", "--duration", "1", "--hopeless-last", "0.5")
     assert r.exit_code == 2 and "--hopeless-last" in r.output
+
+
+def test_a_failing_summary_never_loses_the_runs(tmp_path, monkeypatch):
+    """The runs are the measurement; a summary (or plot) that fails is reported, exit 1, runs still written."""
+    import superinfer.sim.cli as sim_cli
+
+    def broken(runs):
+        raise KeyError("engine_counters")
+
+    monkeypatch.setattr(sim_cli, "summarise", broken)
+    out = tmp_path / "sim.json"
+    r = CliRunner().invoke(main, ["bench", "sim", "--workload", "sharegpt", "--rps", "4", "--duration", "2",
+                                  "--policies", "vllm,lvf", "--seeds", "1", "--workers", "1", "--json", str(out)])
+    assert r.exit_code == 1 and "the runs are written unsummarised" in r.output
+    doc = json.loads(out.read_text())
+    assert {x["policy"] for x in doc["runs"]} == {"vllm", "lvf"} and "KeyError" in doc["summary_error"]
