@@ -18,7 +18,7 @@ from superinfer.tui.fmt import DASH, VERDICT_MARK, VERDICT_STYLE, number, pct, s
 from superinfer.tui.judge import UNJUDGED, percentile_class
 from superinfer.tui.tracker import Tracker
 
-WIDE = (("tenant", "tenant"), ("verdict", "verdict"), ("slo", "SLO ttft/tbt"), ("n", "req/fin"),
+WIDE = (("tenant", "tenant"), ("verdict", "verdict"), ("slo", "SLO F/B"), ("n", "req/fin"),
         ("ttft", "TTFT%"), ("tbt", "TBT%"), ("gap", "gap%"), ("both", "both%"), ("ttft_p", "TTFT p50/p99"),
         ("gap_p", "gap p50/p99"), ("shed", "shed"), ("rot", "rot/fin"), ("trend", "trend"))
 MEDIUM = (("tenant", "tenant"), ("verdict", "verdict"), ("n", "req/fin"), ("ttft", "TTFT%"), ("tbt", "TBT%"),

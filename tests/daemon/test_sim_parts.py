@@ -20,6 +20,7 @@ from superinfer.daemon.backends.sim_http import (
     collect,
     dispatch,
     parse_completion,
+    refusal,
     stream,
     synthetic_text,
     waiter_events,
@@ -379,7 +380,8 @@ def test_waiters_get_one_token_per_sample_then_done_and_the_answers_match():
     async def answers():
         dispatch(events)
         a = await collect(reqs[0], "cmpl-sim-0", "served")
-        chunks = [c async for c in stream(reqs[2], "cmpl-sim-1", "served")]
+        first = await reqs[2].queue.get()  # the route reads the first event before it answers
+        chunks = [c async for c in stream(reqs[2], "cmpl-sim-1", "served", first)]
         single = await collect(reqs[1], "cmpl-sim-2", "served")
         return a, chunks, single
 
@@ -403,10 +405,23 @@ def test_errors_reach_both_answer_shapes():
     async def go():
         a, b = SimRequest("chat", 0, 1, 4), SimRequest("chat", 0, 1, 4)
         dispatch([(a, ("token", 1)), (a, ("error", "aborted: x")), (b, ("token", 1)), (b, ("error", "aborted: y"))])
-        return await collect(a, "c", "s"), [c async for c in stream(b, "c", "s")]
+        return await collect(a, "c", "s"), [c async for c in stream(b, "c", "s", await b.queue.get())]
 
     resp, chunks = asyncio.run(go())
     assert resp.status_code == 503
     assert json.loads(resp.body)["error"] == {"message": "aborted: x", "type": "unavailable", "code": 503}
     assert len(chunks) == 3 and chunks[-1] == "data: [DONE]\n\n"
     assert json.loads(chunks[1].removeprefix("data: "))["error"]["message"] == "aborted: y"
+
+
+def test_a_shed_request_gets_503_with_retry_after_in_both_answer_shapes():
+    """The first event says the request was shed at its deadline: no stream is opened, a plain 503."""
+    async def go():
+        a, b = SimRequest("chat", 0, 1, 4), SimRequest("chat", 0, 1, 4)
+        dispatch([(a, ("shed", 5)), (b, ("shed", 5))])
+        return await collect(a, "c", "s"), refusal(await b.queue.get(), b)
+
+    for resp in asyncio.run(go()):
+        assert resp.status_code == 503 and resp.headers["retry-after"] == "5"
+        assert json.loads(resp.body)["error"]["type"] == "overloaded"
+    assert refusal(("token", 1), SimRequest("chat", 0, 1, 4)) is None

@@ -60,13 +60,13 @@ def _arms(tmp: Path, **params: float) -> Path:
 
 
 def test_a_jump_the_live_traffic_contradicts_is_tried_back(tmp_path: Path) -> None:
-    # The "study" claims step_slo_share 0.05 gains 0.35 over the start in this traffic (it starves prefill):
+    # The "study" claims step_slo_share 0.01 gains 0.35 over the start in this traffic (it starves prefill):
     # the tuner jumps without a trial, its first window falls below the study's 0.60 for the start, and a
     # revert:chat trial puts the start back
     feats = workload_features(load_workload("chat", rps=10.0, duration_s=300, seed=1, tenants={"default": 1.0}))
     path = tmp_path / "arms.json"
     start = {k: float(PARAM_DEFAULTS[k]) for k in DEFAULT_KNOBS}
-    save_arms(Arms(None, {"chat": Arm("chat", {"step_slo_share": 0.05}, 0.95, feats, {"start": 0.60})},
+    save_arms(Arms(None, {"chat": Arm("chat", {"step_slo_share": 0.01}, 0.95, feats, {"start": 0.60})},
                    start=Arm("start", start)), path)
     d = start_daemon(tmp_path, profile_text=PROFILE + f'arms_file = "{path}"\n')
     try:
@@ -75,7 +75,7 @@ def test_a_jump_the_live_traffic_contradicts_is_tried_back(tmp_path: Path) -> No
         acts = [x["action"] for x in t["last_decisions"]]
         assert "jump" in acts and t["jumps"] == 1, acts
         jump = next(x for x in t["last_decisions"] if x["action"] == "jump")
-        assert jump["params"]["step_slo_share"] == 0.05 and "gain +0.3500" in jump["reason"]  # the arm's value
+        assert jump["params"]["step_slo_share"] == 0.01 and "gain +0.3500" in jump["reason"]  # the arm's value
         trial = next(x for x in t["last_decisions"] if x["action"] == "trial")
         assert trial["reason"].startswith("revert:chat") and trial["params"]["step_slo_share"] == 0.8
         verdict = next(x for x in t["last_decisions"] if x["action"] in ("accept", "reject", "rollback"))
@@ -104,8 +104,9 @@ def _log(d) -> list[dict]:
 
 
 def test_rollback_of_an_injected_bad_setting_then_restart(tmp_path: Path) -> None:
-    # The "study" says this traffic wants step_slo_share 0.05: iterations sized to 2.5 ms starve prefill.
-    arms = _arms(tmp_path, step_slo_share=0.05)
+    # The "study" says this traffic wants step_slo_share 0.01: iterations sized to at most 4 ms (0.01 x 4 x the
+    # 100 ms TBT SLO, however much slack the decodes banked) starve prefill.
+    arms = _arms(tmp_path, step_slo_share=0.01)
     d = start_daemon(tmp_path, profile_text=PROFILE + f'arms_file = "{arms}"\n')
     try:
         t = _wait(d, lambda t: any(x["action"] == "rollback" for x in t["last_decisions"]))
