@@ -66,6 +66,8 @@ class Tenant:
     priority: int = 0
     # first-token deadline: a request that has waited this long without holding KV is shed (inf: never)
     max_queue_s: float = math.inf
+    # most requests of this tenant in flight at the daemon's door at once (0: no limit); one more gets a 429
+    max_inflight: int = 0
 
     def __post_init__(self) -> None:
         for name in ("ttft_slo", "tbt_slo"):
@@ -75,6 +77,8 @@ class Tenant:
         if math.isnan(self.max_queue_s) or self.max_queue_s <= 0:
             raise ValueError(f"tenant {self.name!r}: max_queue_s must be > 0 (inf: no deadline), "
                              f"got {self.max_queue_s!r}")
+        if self.max_inflight < 0:
+            raise ValueError(f"tenant {self.name!r}: max_inflight must be >= 0 (0: no limit), got {self.max_inflight!r}")
         if not math.isfinite(self.weight) or self.weight < 1:
             raise ValueError(f"tenant {self.name!r}: weight must be >= 1, got {self.weight!r}")
 

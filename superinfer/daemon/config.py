@@ -83,6 +83,7 @@ class Config:
             "source": self.tenant_source,
             "list": [{"name": t.name, "ttft_s": t.ttft_slo, "tbt_s": t.tbt_slo, "weight": t.weight,
                       "max_queue_s": t.max_queue_s if math.isfinite(t.max_queue_s) else None,
+                      "max_inflight": t.max_inflight,
                       "priority": t.priority, "share": self.tenant_shares[t.name]} for t in self.tenants],
         }
         return out
@@ -217,7 +218,8 @@ def _resolve_tenants(prof: Profile, values: dict[str, dict[str, Setting]]) -> tu
             ttft = float(entry.get("ttft_s", slo["ttft_s"].value))
             t = Tenant(entry["name"], ttft, float(entry.get("tbt_s", slo["tbt_s"].value)),
                        float(entry.get("weight", TENANT_KEYS["weight"].default)),
-                       int(entry.get("priority", TENANT_KEYS["priority"].default)), max_queue_s=deadline(entry, ttft))
+                       int(entry.get("priority", TENANT_KEYS["priority"].default)), max_queue_s=deadline(entry, ttft),
+                       max_inflight=int(entry.get("max_inflight", TENANT_KEYS["max_inflight"].default)))
         except ValueError as exc:
             raise ProfileError(prof.path, f"tenants[{i}]", str(exc)) from None
         tenants.append(t)

@@ -22,6 +22,7 @@ WHY = {
     400: "malformed JSON, or a body the handler cannot serve",
     401: "missing or wrong bearer token",
     422: "a field is unknown, of the wrong type, or out of bounds; nothing applied",
+    429: "the tenant has its max_inflight requests in flight (see Retry-After)",
     503: "starting, draining or overloaded (see Retry-After)",
 }
 

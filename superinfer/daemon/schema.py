@@ -193,6 +193,8 @@ TENANT_KEYS: dict[str, Key] = {
     "max_queue_s": Key("float", None, "first-token deadline (s): a request still without a first token this long "
                        "after it arrived is shed (HTTP 503 with Retry-After); default [slo].max_queue_ttft_x x ttft_s",
                        0, 86400, lo_open=True),
+    "max_inflight": Key("int", 0, "most requests of this tenant in flight at once (0: no limit); one more is "
+                        "refused at once with HTTP 429 and Retry-After (its share of the host)", 0, 1 << 20),
 }
 
 

@@ -152,11 +152,12 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
             else:
                 attach_stock(scheduler_of(llm), log)
         load = HostLoad()
-        r = replay(llm, arr, prompts, output, o["duration"], o["drain"])
+        r = replay(llm, arr, prompts, output, o["duration"], o["drain"],
+                   max_queue_s=o.get("max_queue_s") or float("inf"))
         host = load.result()
         if probe is not None and not llm.llm_engine.has_unfinished_requests():
             probed.append(probe(llm))
-        counters: dict[str, int] = {"preemptions": r.preemptions}
+        counters: dict[str, int] = {"preemptions": r.preemptions, **r.counters}
         engine = {"preemptions": r.preemptions, "rotations": 0, "forced_victims": 0, "admissions_refused": 0,
                   "resumed": 0, "recomputed_tokens": 0, "swap_ins": 0, "swap_in_blocks": 0, "swap_out_blocks": 0,
                   "sync_blocks": 0, "recompute_fallbacks": 0, "fallback_tokens": 0}
@@ -187,7 +188,7 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
     out = {"policy": policy, "rps": o["rps"], "seed": seed}
     out.update(run_metrics(trace, tenants, w.duration_s or o["duration"]))
     out["engine_steps"] = r.steps
-    out["unfinished"] = int(np.count_nonzero(np.isnan(r.t_end)))
+    out["unfinished"] = int(np.count_nonzero(np.isnan(r.t_end) & np.isnan(r.t_shed)))  # neither ended nor shed
     out["engine_counters"] = engine
     for k in ("resumed", "recomputed_tokens", "swap_ins", "swap_in_blocks", "swap_out_blocks"):
         out[k] = engine[k]
@@ -320,6 +321,10 @@ def prepare(o: dict[str, Any], workdir: Path) -> tuple[list[str], tuple[float, f
               help="With --capacity-share: measure the capacity again after the runs (the host's drift).")
 @click.option("--pairs", default=None, metavar="A:B,...",
               help="Paired differences A - B over seeds (default: every policy vs vllm, and lvf vs lvf-hbm).")
+@click.option("--max-queue-s", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="First-token deadline (s), every policy alike, as a client's timeout: a request still "
+                   "without a token this long after it arrived is aborted through vLLM's abort path and counted "
+                   "shed (a miss of both SLOs). Default: none.")
 @click.option("--save-trace", default=None, type=click.Path(dir_okay=False), help="Write the seed-0 requests as Mooncake JSONL.")
 @click.option("--json", "json_path", default=None, help="Write the JSON here ('-' for stdout).")
 def bench_vllm(**o: Any) -> None:

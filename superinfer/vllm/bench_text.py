@@ -19,7 +19,7 @@ def echo_summary(result: dict[str, Any], runs: list[dict[str, Any]], slo: tuple[
     """Print ``result["summary"]`` (from :func:`superinfer.sim.metrics.summarise`) as a table, then the
     capacity and the paired differences when the result has them."""
     click.echo(f"SLOs: TTFT {slo[0]:.3f} s, TBT {slo[1]:.4f} s")
-    click.echo(f"{'policy':<14} {'load':>15} {'SLO att %':>20} {'TTFT att %':>20} {'TBT att %':>20} {'gap att %':>9} {'TTFT p90 s':>10} {'preempt':>8} {'rot':>6} {'swap-in':>7} {'recomp tok':>10} {'other cpu':>9}")
+    click.echo(f"{'policy':<14} {'load':>15} {'SLO att %':>20} {'TTFT att %':>20} {'TBT att %':>20} {'gap att %':>9} {'TTFT p90 s':>10} {'shed %':>6} {'preempt':>8} {'rot':>6} {'swap-in':>7} {'recomp tok':>10} {'other cpu':>9}")
     for r in result["summary"]:
         def ci(k: str) -> str:
             m, (lo, hi) = r[k]["mean"], r[k]["ci95"]
@@ -35,7 +35,7 @@ def echo_summary(result: dict[str, Any], runs: list[dict[str, Any]], slo: tuple[
             return float(np.mean([x[k] for x in mine]))
         gap = 100 * r["tbt_gap_attainment"]["mean"] if "tbt_gap_attainment" in r else float("nan")
         click.echo(f"{r['policy']:<14} {_load(r):>15} {ci('slo_attainment'):>20} {ci('ttft_attainment'):>20} "
-                   f"{ci('tbt_attainment'):>20} {gap:>9.1f} {p90:>10.3f} "
+                   f"{ci('tbt_attainment'):>20} {gap:>9.1f} {p90:>10.3f} {100 * mean('shed_share'):>6.1f} "
                    f"{r['preemptions']['mean']:>8.0f} {r['rotations']['mean']:>6.0f} "
                    f"{mean('swap_ins'):>7.0f} {mean('recomputed_tokens'):>10.0f} {mean('other'):>9.2f}")
     echo_capacity(result)

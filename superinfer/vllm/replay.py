@@ -158,6 +158,13 @@ def scheduler_of(llm: Any) -> Any:
     return llm.llm_engine.engine_core.engine_core.scheduler
 
 
+def _holding_kv(llm: Any, external_ids: list[str]) -> int:
+    """How many of these requests have computed tokens (hold KV, partly prefilled) in the engine's scheduler."""
+    sched, ids = scheduler_of(llm), llm.llm_engine.output_processor.external_req_ids
+    return sum(1 for e in external_ids for i in ids.get(e, ())
+               if getattr(sched.requests.get(i), "num_computed_tokens", 0) > 0)
+
+
 @dataclass
 class Replayed:
     """Token times of one replay (seconds from the replay's start)."""
@@ -174,11 +181,18 @@ class Replayed:
     wall_s: float
     preemptions: int = 0
     counters: dict[str, int] = field(default_factory=dict)
+    t_shed: np.ndarray | None = None  # when a request was aborted at its first-token deadline (NaN: not)
 
 
 def replay(llm: Any, arrival_s: np.ndarray, prompts: list[list[int]], outputs: np.ndarray, duration_s: float,
-           drain_s: float, priorities: list[int] | None = None) -> Replayed:
-    """Add request i at ``arrival_s[i]`` (wall clock from now), step until all finish or the drain ends."""
+           drain_s: float, priorities: list[int] | None = None, max_queue_s: float = float("inf")) -> Replayed:
+    """Add request i at ``arrival_s[i]`` (wall clock from now), step until all finish or the drain ends.
+
+    ``max_queue_s``: a client's first-token deadline, the same for every policy. Between steps, a request
+    still without a token that long after its arrival is aborted through vLLM's own abort path (which frees
+    its KV) and recorded as shed (``Replayed.t_shed``), as a client that gave up would leave it."""
+    from collections import deque
+
     from vllm import SamplingParams
 
     eng = llm.llm_engine
@@ -193,6 +207,9 @@ def replay(llm: Any, arrival_s: np.ndarray, prompts: list[list[int]], outputs: n
     nxt = 0
     steps = 0
     index: dict[str, int] = {}
+    t_shed = np.full(n, np.nan)
+    shed_with_kv = 0
+    waiting: deque[int] = deque()  # requests without a token yet, by arrival (= by deadline)
     t0 = time.monotonic()
     wall0 = time.time()  # Request.arrival_time's clock, at t0
     deadline = duration_s + drain_s
@@ -207,7 +224,18 @@ def replay(llm: Any, arrival_s: np.ndarray, prompts: list[list[int]], outputs: n
                                   priority=(priorities[nxt] if priorities else 0))
             index[str(rid)] = nxt
             index[str(nxt)] = nxt
+            if max_queue_s < float("inf"):
+                waiting.append(nxt)
             nxt += 1
+        late = []
+        while waiting and (got[waiting[0]] > 0 or now - arrival_s[waiting[0]] > max_queue_s):
+            i = waiting.popleft()
+            if got[i] == 0 and np.isnan(t_end[i]):
+                late.append(str(i))  # the external id: vLLM maps it to its internal one
+                t_shed[i] = now
+        if late:
+            shed_with_kv += _holding_kv(llm, late)
+            eng.abort_request(late)
         if not eng.has_unfinished_requests():
             if nxt >= n or now > deadline:
                 break
@@ -241,7 +269,7 @@ def replay(llm: Any, arrival_s: np.ndarray, prompts: list[list[int]], outputs: n
     except Exception:  # noqa: BLE001 - metrics are optional
         pre = 0
     return Replayed(np.asarray(arrival_s, float), t_first, t_end, got, last, gaps, owner, window_tokens, steps,
-                    wall, pre)
+                    wall, pre, counters={"shed_with_kv": shed_with_kv}, t_shed=t_shed)
 
 
 def to_trace(r: Replayed, tenant: np.ndarray, gap_tenant: np.ndarray, counters: dict[str, int], *,
@@ -252,7 +280,7 @@ def to_trace(r: Replayed, tenant: np.ndarray, gap_tenant: np.ndarray, counters: 
     return Trace(t_arr=r.t_arr, t_first=r.t_first, t_end=r.t_end, outputs=r.outputs, last_token=r.last_token,
                  rotations=np.zeros(r.t_arr.shape[0], np.int64), tenant=tenant, gaps=np.asarray(r.gaps, float),
                  gap_tenant=gap_tenant, window_tokens=r.window_tokens, iterations=r.steps, sim_s=r.wall_s,
-                 wall_s=r.wall_s, counters=counters, hbm_blocks=num_blocks)
+                 wall_s=r.wall_s, counters=counters, hbm_blocks=num_blocks, t_shed=r.t_shed)
 
 
 def write_mooncake(path: Path, arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray) -> None:

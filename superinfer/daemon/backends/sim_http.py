@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from superinfer.daemon.httputil import HttpError, error, json_body, resolve_tenant
 from superinfer.daemon.openapi import completion_schema, errors
 from superinfer.daemon.openapi import json_body as json_body_doc
+from superinfer.daemon.tenant_limit import TenantLimit
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -205,6 +206,15 @@ async def collect(req: SimRequest, cid: str, served: str) -> Response:
                                 headers=SIM_HEADER)
 
 
+async def released(events: AsyncIterator[str], limit: TenantLimit, tenant: str) -> AsyncIterator[str]:
+    """``events``, then the tenant's slot given back (however the stream ends)."""
+    try:
+        async for e in events:
+            yield e
+    finally:
+        limit.leave(tenant)
+
+
 async def stream(req: SimRequest, cid: str, served: str, first: tuple[str, Any]) -> AsyncIterator[str]:
     """Server-sent events from the ``first`` event on: one chunk per event, then ``data: [DONE]`` (an error is
     sent as one ``{"error": ...}`` chunk before it)."""
@@ -231,8 +241,10 @@ async def stream(req: SimRequest, cid: str, served: str, first: tuple[str, Any])
 def register_openai_routes(app: FastAPI, host: Host, engine: SimEngine) -> None:
     """Add ``/v1/models`` and ``/v1/completions``. A completion is refused with 503 while draining
     (``Retry-After: 5``) or when ``engine.max_inflight`` (config) requests are held (``Retry-After: 1``, counted
-    as rejected ``overloaded``)."""
+    as rejected ``overloaded``), and with 429 when its tenant is at its ``max_inflight``
+    (:mod:`superinfer.daemon.tenant_limit`)."""
     ids = itertools.count()
+    limit = TenantLimit(host.cfg.tenants, host.metrics, host.slo)
 
     @app.get("/v1/models", tags=["openai"])
     async def models() -> dict:
@@ -251,7 +263,7 @@ def register_openai_routes(app: FastAPI, host: Host, engine: SimEngine) -> None:
                                            "text/event-stream": {"schema": {  # one server-sent event
                                                "type": "object", "properties": {"data": {"type": "string"},
                                                                                 "event": {"type": "string"}}}}}},
-                         **errors(400, 503)})
+                         **errors(400, 429, 503)})
     async def completions(request: Request):
         try:
             body = await json_body(request)
@@ -264,13 +276,22 @@ def register_openai_routes(app: FastAPI, host: Host, engine: SimEngine) -> None:
         if engine.inflight() >= host.cfg.get("engine", "max_inflight"):
             host.metrics.rejected.labels(req.tenant, "overloaded").inc()
             return error(503, "overloaded: too many requests in flight", "unavailable", headers={"Retry-After": "1"})
-        engine.submit(req)
-        cid = f"cmpl-sim-{next(ids)}"
-        if body.get("stream"):  # answered once the first token is there: a shed request gets a plain 503
-            first = await req.queue.get()
+        refused = limit.enter(req.tenant)
+        if refused is not None:
+            return refused
+        streaming = False
+        try:
+            engine.submit(req)
+            cid = f"cmpl-sim-{next(ids)}"
+            if not body.get("stream"):
+                return await collect(req, cid, engine.served)
+            first = await req.queue.get()  # answered once the first token is there: a shed request gets a 503
             refused = refusal(first, req)
             if refused is not None:
                 return refused
-            return StreamingResponse(stream(req, cid, engine.served, first), media_type="text/event-stream",
-                                     headers=SIM_HEADER)
-        return await collect(req, cid, engine.served)
+            streaming = True
+            return StreamingResponse(released(stream(req, cid, engine.served, first), limit, req.tenant),
+                                     media_type="text/event-stream", headers=SIM_HEADER)
+        finally:
+            if not streaming:
+                limit.leave(req.tenant)

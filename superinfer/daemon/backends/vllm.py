@@ -41,6 +41,7 @@ from superinfer.daemon.backends.vllm_child import (
 from superinfer.daemon.backends.vllm_stream import outcome_of, stream_completion
 from superinfer.daemon.errors import StartError
 from superinfer.daemon.httputil import HttpError, error, json_body, resolve_tenant
+from superinfer.daemon.tenant_limit import TenantLimit
 from superinfer.daemon.wire import TENANT_XARG, XARGS_FIELD
 
 if TYPE_CHECKING:
@@ -194,6 +195,7 @@ class VllmBackend(Backend):
 
     def register_routes(self, app: FastAPI, host: Host) -> None:
         backend = self
+        self.limit = TenantLimit(self.tenants, host.metrics, host.slo)
 
         @app.get("/v1/models", tags=["openai"])
         async def models() -> Response:
@@ -226,6 +228,9 @@ class VllmBackend(Backend):
             if backend._inflight >= host.cfg.get("engine", "max_inflight"):
                 host.metrics.rejected.labels(tenant, "overloaded").inc()
                 return error(503, "overloaded: too many requests in flight", "unavailable", headers={"Retry-After": "1"})
+            refused = backend.limit.enter(tenant)
+            if refused is not None:
+                return refused
             xargs = dict(body.get(XARGS_FIELD) or {})
             xargs[TENANT_XARG] = tenant
             body[XARGS_FIELD] = xargs
@@ -247,7 +252,7 @@ class VllmBackend(Backend):
             try:
                 r = await self._client.post(path, json=body)
             except httpx.HTTPError as exc:
-                self._done("failed")
+                self._done("failed", tenant)
                 return error(502, f"engine unreachable: {exc}", "bad_gateway")
             self._done(outcome_of(r.status_code), tenant)
             if r.status_code == 200:
@@ -261,13 +266,15 @@ class VllmBackend(Backend):
 
         return await stream_completion(self, path, body, tenant, t0)
 
-    def _done(self, outcome: str, tenant: str | None = None) -> None:
+    def _done(self, outcome: str, tenant: str) -> None:
+        """An admitted request of ``tenant`` ended with ``outcome`` (called once per request)."""
         self._inflight -= 1
+        self.limit.leave(tenant)
         if self._abandoned > 0 and outcome != "finished":
             self._abandoned -= 1  # counted as aborted when the drain gave up on it
             return
         self.counts[outcome] += 1
-        if outcome == "rejected" and tenant is not None:
+        if outcome == "rejected":
             self.host.metrics.rejected.labels(tenant, "engine").inc()
 
     def engine_state(self) -> dict[str, Any]:

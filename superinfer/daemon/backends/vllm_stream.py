@@ -103,7 +103,7 @@ async def stream_completion(backend: Any, path: str, body: dict, tenant: str, t0
                      f"is overloaded, retry after {after} s", "overloaded", headers={"Retry-After": str(after)})
     except httpx.HTTPError as exc:
         await upstream.__aexit__(type(exc), exc, exc.__traceback__)
-        backend._done("failed")
+        backend._done("failed", tenant)
         return error(502, f"engine unreachable: {exc}", "bad_gateway")
     except BaseException:
         await upstream.__aexit__(None, None, None)
