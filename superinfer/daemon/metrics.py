@@ -53,8 +53,9 @@ class DaemonMetrics:
         self.finished = Counter(p + "requests_finished_total", "Requests that finished", ["tenant"], registry=r)
         self.rejected = Counter(p + "requests_rejected_total", "Requests refused, by reason",
                                 ["tenant", "reason"], registry=r)
-        self.shed = Counter(p + "requests_shed_total", "Requests shed before their first token (503 with "
-                            "Retry-After), by reason (deadline: the tenant's max_queue_s passed)",
+        self.shed = Counter(p + "requests_shed_total", "Requests shed before their first token, by reason "
+                            "(deadline: 503, the tenant's max_queue_s passed; tenant_limit: 429, the tenant "
+                            "had max_inflight requests in flight)",
                             ["tenant", "reason"], registry=r)
         self.tokens = Counter(p + "generation_tokens_total", "Output tokens produced", ["tenant"], registry=r)
         self.ttft = Histogram(p + "time_to_first_token_seconds", "Arrival to first output token", ["tenant"],
@@ -125,6 +126,15 @@ class DaemonMetrics:
         (self.t_ok if ok else self.t_bad)[(tenant, "ttft")].inc()
         if not ok:
             self.t_bad[(tenant, "both")].inc()
+
+    def shed_by_tenant(self) -> dict[str, dict[str, int]]:
+        """``superinfer_requests_shed_total`` as ``{tenant: {reason: n}}`` (every tenant, ``{}`` when none)."""
+        out: dict[str, dict[str, int]] = {t: {} for t in self.tenants}
+        for metric in self.shed.collect():
+            for s in metric.samples:
+                if s.name.endswith("_total"):
+                    out.setdefault(s.labels["tenant"], {})[s.labels["reason"]] = int(s.value)
+        return out
 
     def observe_finished(self, tenant: str, tbt_ok: bool, ttft_ok: bool | None) -> None:
         """A request finished; ``tbt_ok``: its mean inter-token time was within S_B; ``ttft_ok``: what

@@ -122,6 +122,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
                                 "unless the tenant sets max_queue_s: a request still without a first token that "
                                 "long after it arrived is shed (HTTP 503 with Retry-After); 0: no deadline",
                                 0, 1000),
+        "shed_at_admission": Key("bool", False, "also shed a request at once when its predicted wait for a first "
+                                 "token (waiting requests / measured first-token rate under load) passes its "
+                                 "deadline (HTTP 503 with Retry-After, reason predicted)"),
         "unknown_tenant": Key("choice", "default", "a request naming an unknown tenant: serve it as the "
                               "default tenant, or reject it (HTTP 400)", choices=("default", "reject")),
     },

@@ -103,6 +103,9 @@ class Daemon:
         window = self.slo.summary()
         for name, w in window.items():
             tenants[name]["window"] = w
+        for name, shed in self.metrics.shed_by_tenant().items():
+            if name in tenants:
+                tenants[name]["shed"] = shed  # since the start, by reason
         out: dict[str, Any] = {
             "schema_version": STATE_SCHEMA_VERSION,
             "backend": b.name,

@@ -49,6 +49,7 @@ class RunSpec:
     gpu_costs: str = "datasheet"  # superinfer.sim.grounded.GPU_COSTS
     skip_bad: bool = False
     variant: str = ""
+    shed_at_admission: bool = False
 
 
 def cost_model(spec: RunSpec) -> CostModel:
@@ -73,7 +74,7 @@ def run_one(spec: RunSpec) -> dict:
     cfg = SimConfig(policy=spec.policy, max_num_seqs=spec.max_num_seqs,
                     max_num_batched_tokens=spec.max_num_batched_tokens, b_xfer=spec.b_xfer, params=spec.params,
                     tenants=tenants, hbm_blocks=spec.hbm_blocks, dram_blocks=dram_blocks, drain_s=spec.drain_s, sjf_noise=spec.sjf_noise,
-                    seed=spec.seed)
+                    seed=spec.seed, shed_at_admission=spec.shed_at_admission)
     trace = Simulator(w, cm, cfg).run()
     out = {"policy": spec.policy, "rps": spec.rps if spec.rps is not None else round(w.rate_rps, 6), "seed": spec.seed}
     if spec.variant:

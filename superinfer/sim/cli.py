@@ -95,6 +95,10 @@ def _knob_options(f: Callable[..., Any]) -> Callable[..., Any]:
               help="First-token deadline of every tenant, applied to every policy alike (a client's timeout): "
                    "a request that waited this long without holding KV is shed, a miss of both SLOs. "
                    "Default: none.")
+@click.option("--shed-at-admission", is_flag=True,
+              help="With --max-queue-s: also shed at once a request whose predicted first-token wait (waiting "
+                   "requests / first-token rate under load, measured in the run) passes its deadline, every policy "
+                   "alike (the daemon's [slo].shed_at_admission).")
 @click.option("--alpha", default=3.0, show_default=True, type=float)
 @click.option("--delta-b", default=0.0, show_default=True, type=float)
 @click.option("--delta-f", default=0.5, show_default=True, type=float)
@@ -148,7 +152,9 @@ def bench_sim(**o: object) -> None:
                    tenants=tenants, tenant_mix=mix, dram_gib=o["dram_gib"], hbm_blocks=o["hbm_blocks"],  # type: ignore[arg-type]
                    dram_blocks=o["dram_blocks"], drain_s=float(o["drain"]),  # type: ignore[arg-type]
                    sjf_noise=float(o["sjf_noise"]), calibration=o["calibration"], skip_bad=bool(o["skip_bad"]),  # type: ignore[arg-type]
-                   gpu_costs=str(o["gpu_costs"]))
+                   gpu_costs=str(o["gpu_costs"]), shed_at_admission=bool(o["shed_at_admission"]))
+    if o["shed_at_admission"] and o["max_queue_s"] is None:
+        raise click.UsageError("--shed-at-admission needs a deadline: give --max-queue-s")
     if o["calibration"] and o["gpu_costs"] != "datasheet":
         raise click.UsageError("--calibration (a measured engine) and --gpu-costs grounded exclude each other")
     specs = grid(base, policies, rps, int(o["seeds"]))

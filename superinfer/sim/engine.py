@@ -42,6 +42,7 @@ from superinfer.core import (
     get_policy,
     nothing_to_plan,
 )
+from superinfer.core.wait import WaitPredictor
 from superinfer.sim.costmodel import CostModel, StepPrice
 from superinfer.sim.host import HostCosts
 from superinfer.sim.workload import Workload
@@ -71,6 +72,8 @@ class SimConfig:
     #: the order is unknown)
     shapes_run: tuple[int, ...] | frozenset[int] = ()
     sync_loads: bool = False  # a swap-in loads whole and computes in its own iteration (core Capacity.sync_loads)
+    # also shed at arrival a request whose predicted first-token wait passes its deadline (core.wait)
+    shed_at_admission: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in SIM_POLICIES:
@@ -171,6 +174,9 @@ class Simulator:
             b = 0
         self.b_xfer = int(b)
         self._deadlines = bool(np.isfinite(cfg.tenants.max_queue_s).any())
+        self.predictor = WaitPredictor() if cfg.shed_at_admission and self._deadlines else None
+        self._refused: list[int] = []  # shed at arrival since the run loop last looked
+        self.n_refused = 0
         self.state = EngineState(self.hbm_blocks, self.dram_blocks, cm.block_size, grow=max(1024, len(workload)))
         self.max_h2d = self.max_d2h = self.max_used = 0
         # batch sizes in tokens set up now, least recently run first (HostCosts.new_shape_s, shape_capacity)
@@ -200,6 +206,13 @@ class Simulator:
         w, first = self.w, self._next
         while self._next < len(w) and w.arrival_s[self._next] <= now:
             i = self._next
+            if self.predictor is not None and self.predictor.refuse(float(self.cfg.tenants.max_queue_s[self.tenant_index[i]])):
+                self._refused.append(i)  # never enters the engine: a 503 at the door
+                self.n_refused += 1
+                self.state.counters.arrived += 1
+                self.state.counters.shed += 1
+                self._next += 1
+                continue
             self.add(i, float(w.arrival_s[i]), int(w.prompt_tokens[i]), int(w.output_tokens[i]),
                      tenant=int(self.tenant_index[i]), priority=int(self.priority[i]),
                      pred_remaining=float(self.pred[i]))
@@ -208,8 +221,17 @@ class Simulator:
 
     def shed(self, now: float) -> list[int]:
         """Shed the requests still without a first token at their tenant's deadline (``max_queue_s``,
-        applied to every policy alike, as a client's timeout would be); their ids."""
-        return self.state.shed_expired(now, self.cfg.tenants.max_queue_s) if self._deadlines else []
+        applied to every policy alike, as a client's timeout would be), and those refused at arrival since the
+        last call (``shed_at_admission``); their ids."""
+        refused, self._refused = self._refused, []
+        return refused + (self.state.shed_expired(now, self.cfg.tenants.max_queue_s) if self._deadlines else [])
+
+    def _observe_wait(self, res: StepResult) -> None:
+        """Feed the admission predictor one iteration: who waits for a first token now, who got one."""
+        if self.predictor is not None:
+            rows = self.state.live_rows()
+            self.predictor.observe(res.t_end, int(np.count_nonzero(self.state.outputs[rows] == 0)),
+                                   int(res.sampled.first_ids.shape[0]))
 
     def token_budget(self, now: float) -> int:
         """``max_num_batched_tokens``, or for RotaSched v2 the SLO-aware budget: prefill cut so that an
@@ -312,6 +334,7 @@ class Simulator:
             if now >= deadline:
                 break
             res = self.step(now)
+            self._observe_wait(res)
             now = res.t_end
             iterations += 1
             s = res.sampled
@@ -344,7 +367,7 @@ class Simulator:
             iterations=iterations,
             sim_s=now,
             wall_s=wall,
-            counters=vars(st.counters).copy(),
+            counters={**vars(st.counters), "shed_predicted": self.n_refused},
             max_swap_in_blocks_per_iter=self.max_h2d,
             max_swap_out_blocks_per_iter=self.max_d2h,
             max_hbm_blocks_used=self.max_used,

@@ -10,7 +10,8 @@
   requests that got a first token.
 * ``shed``: requests without a first token at their deadline (``max_queue_s``), dropped as a client's
   timeout would drop them; each is a miss of both SLOs, and ``arrived == finished + rejected + shed +
-  unfinished``. ``shed_with_kv``: of those, how many held KV by then (work spent for nothing).
+  unfinished``. ``shed_with_kv``: of those, how many held KV by then (work spent for nothing);
+  ``shed_predicted``: how many were refused at arrival (``--shed-at-admission``), never waiting.
 * ``throughput_tok_s``: output tokens produced during the arrival window per second of it (the drain
   after the window, dominated by a few long outputs, is left out).
 * TBT gap attainment (``tbt_gap_attainment``): share of all inter-token gaps of all requests, pooled,
@@ -59,6 +60,7 @@ def run_metrics(tr: Trace, tenants: TenantTable, duration_s: float) -> dict:
         "shed": int(shed.sum()),
         "shed_share": float(shed.mean()) if n else 0.0,
         "shed_with_kv": int(tr.counters.get("shed_with_kv", 0)),
+        "shed_predicted": int(tr.counters.get("shed_predicted", 0)),
         "ttft_attainment": float(ttft_ok.mean()) if n else 0.0,
         "tbt_attainment": float(tbt_ok.mean()) if n else 0.0,
         "tbt_gap_attainment": float(gap_ok.mean()) if tr.gaps.size else 1.0,

@@ -2,8 +2,8 @@
 
 Sources: KV rotations (``rotation_events`` of ``/v1/state`` overlap from one poll to the next and list
 only the last 20, so each event is keyed by ``(time, sim_time_s, kind, req_id)`` and seen once; totals
-come from the counters, which see every rotation), parameter changes, restarts, disconnects, status
-changes and tuner decisions. An event repeating the previous one's text is counted (``×N``) instead of
+come from the counters, which see every rotation), shed requests (from each tenant's ``shed`` totals, merged
+like rotations), parameter changes, restarts, disconnects, status changes and tuner decisions. An event repeating the previous one's text is counted (``×N``) instead of
 added; rotations arriving within :data:`ROTATION_MERGE_S` of the latest rotation entry are merged into
 it (even past other events: each line shows when its span started) (up to :data:`ROTATION_SPAN_S` per line), so a busy engine yields one line a minute instead of one
 per poll.
@@ -12,6 +12,7 @@ per poll.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,7 @@ class Event:
 
     seq: int
     t: float
-    kind: str  # rotation, params, restart, disconnect, reconnect, status, tuner, counters, info
+    kind: str  # rotation, shed, params, restart, disconnect, reconnect, status, tuner, counters, info
     text: str
     level: str = "info"  # info, warn, error
     count: int = 1
@@ -119,6 +120,21 @@ class EventLog:
         self._seq += 1
         self.events.append(Event(self._seq, t, "rotation", "", "info", t_last=t, tally=tally, hidden=hidden))
         return new
+
+    def tally(self, t: float, kind: str, counts: Counter, describe: Callable[[Counter, float], str],
+              level: str = "info") -> Event:
+        """Add ``counts`` to the newest ``kind`` event when it is recent (the rotation merge rules of the module
+        docstring), else start one; its text is ``describe(tally, span_s)``."""
+        last = next((e for e in reversed(self.events) if e.kind == kind), None)
+        if last is not None and t - last.t_last <= ROTATION_MERGE_S and t - last.t < ROTATION_SPAN_S:
+            last.tally.update(counts)
+            last.t_last = t
+            last.text = describe(last.tally, t - last.t)
+            return last
+        self._seq += 1
+        ev = Event(self._seq, t, kind, describe(counts, 0.0), level, t_last=t, tally=Counter(counts))
+        self.events.append(ev)
+        return ev
 
     def forget_seen(self) -> None:
         """A restarted daemon starts its event list afresh."""

@@ -10,7 +10,7 @@ it is logged, and rate baselines, histories and the rotation-event dedup start a
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from typing import Any
 
 from superinfer.tui.events import EventLog
@@ -144,6 +144,7 @@ class Tracker:
             self.events.rotations(now, listed, self._rotation_totals(counters, new_process))
         self._rates(counters, now)
         if prev is not None and not new_process:
+            self._shed(prev, state, now)
             self._params_changed(prev.get("params") or {}, state.get("params") or {}, now)
             if prev.get("status") != state.get("status"):
                 level = "info" if state.get("status") == "ok" else "warn"
@@ -153,6 +154,17 @@ class Tracker:
         self._histories(state, now)
         self._verdict_changes(state, now, log=prev is not None)
         return new_process
+
+    def _shed(self, prev: dict[str, Any], state: dict[str, Any], now: float) -> None:
+        """Requests shed since the previous poll, per tenant and reason (``tenants.<name>.shed``)."""
+        new: Counter = Counter()
+        for name, t in (state.get("tenants") or {}).items():
+            before = ((prev.get("tenants") or {}).get(name) or {}).get("shed") or {}
+            for reason, n in (t.get("shed") or {}).items():
+                if num(n) is not None and n > (num(before.get(reason)) or 0):
+                    new[f"{name}:{reason}"] += int(n - (num(before.get(reason)) or 0))
+        if new:
+            self.events.tally(now, "shed", new, _shed_text, "warn")
 
     def _rotation_totals(self, counters: dict[str, float], new_process: bool) -> dict[str, int] | None:
         if new_process or not self.samples or "rotations" not in counters:
@@ -297,3 +309,12 @@ class Tracker:
             "tenants": {name: self.tenant(name, now) for name in (state.get("tenants") or {})},
             "tuner_available": self.tuner is not None,
         }
+
+
+def _shed_text(tally: Counter, span_s: float) -> str:
+    """``shed 12 in 14s: voice 10 past its deadline (503), chat 2 over its max_inflight (429)``."""
+    why = {"deadline": "past its deadline (503)", "predicted": "refused at admission (503)",
+           "tenant_limit": "over its max_inflight (429)"}
+    parts = [f"{key.split(':', 1)[0]} {n} {why.get(key.split(':', 1)[1], key.split(':', 1)[1])}"
+             for key, n in tally.most_common(4)]
+    return f"shed {sum(tally.values())}" + (f" in {span_s:.0f}s" if span_s >= 1 else "") + ": " + ", ".join(parts)

@@ -92,3 +92,16 @@ def test_without_deadlines_the_twin_is_unchanged() -> None:
     again = run_one(replace(base, tenants=TenantTable([Tenant("default", 10.0, 0.1, max_queue_s=1e9)])))
     assert {k: again[k] for k in ("slo_attainment", "ttft_p99_s", "throughput_tok_s", "rotations")} == \
         {k: r[k] for k in ("slo_attainment", "ttft_p99_s", "throughput_tok_s", "rotations")}
+
+
+def test_shedding_at_admission_refuses_at_arrival_and_keeps_every_bound() -> None:
+    """With ``shed_at_admission`` the twin refuses at arrival what the measured queue says cannot start by its
+    deadline (shed the moment it arrived); nothing is lost, the bound holds, and it only adds to the shed."""
+    spec = replace(REASONING, policy="vllm", rps=6.0, duration_s=60.0)  # stock vLLM far past its knee
+    deadline_only, early = run_one(spec), run_one(replace(spec, shed_at_admission=True))
+    assert deadline_only["shed_predicted"] == 0
+    assert 0 < early["shed_predicted"] <= early["shed"]
+    assert early["arrived"] == early["finished"] + early["rejected"] + early["shed"]
+    assert early["served_ttft_p99_s"] <= 40.0 + 10.0
+    # refused at once, so the censored TTFT of the shed falls: its p99 over all requests is no worse
+    assert early["ttft_p99_s"] <= deadline_only["ttft_p99_s"] + 1e-9

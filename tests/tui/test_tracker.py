@@ -148,3 +148,23 @@ def test_a_tenant_verdict_change_is_logged_once_it_holds() -> None:
     tr.observe(bad, 1005.0)
     assert [e.render() for e in tr.events.events if e.kind == "verdict"] == ["chat: OK → BREACH (TTFT 90%, both 88%)"]
     assert [e.level for e in tr.events.events if e.kind == "verdict"] == ["error"]
+
+
+def _with_shed(**shed: dict[str, int]) -> dict:
+    s = state()
+    for name, counts in shed.items():
+        s["tenants"][name]["shed"] = counts
+    return s
+
+
+def test_shed_requests_are_one_warning_line_per_burst_by_tenant_and_reason() -> None:
+    tr = Tracker()
+    tr.observe(_with_shed(chat={"deadline": 40}), 1000.0)  # shed before the dashboard started: not news
+    assert not any(e.kind == "shed" for e in tr.events.events)
+    tr.observe(_with_shed(chat={"deadline": 43}, voice={"tenant_limit": 2}), 1001.0)
+    tr.observe(_with_shed(chat={"deadline": 50}, voice={"tenant_limit": 2}), 1003.0)  # merges into the line
+    (ev,) = [e for e in tr.events.events if e.kind == "shed"]
+    assert ev.level == "warn"
+    assert ev.render() == "shed 12 in 2s: chat 10 past its deadline (503), voice 2 over its max_inflight (429)"
+    tr.observe(_with_shed(chat={"deadline": 51}, voice={"tenant_limit": 2}), 1100.0)  # much later: a new line
+    assert [e.render() for e in tr.events.events if e.kind == "shed"][-1] == "shed 1: chat 1 past its deadline (503)"

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from superinfer.core import rank_order
+from superinfer.core.wait import WaitPredictor
 from superinfer.daemon.backends.base import Backend, Host
 from superinfer.daemon.backends.recorder import PHASES, StepRecorder, phase_counts
 from superinfer.daemon.backends.replay import Replay
@@ -104,6 +105,7 @@ class SimBackend(Backend):
         self._wake = threading.Event()
         self._inbox: deque[SimRequest] = deque()
         self._http: dict[int, SimRequest] = {}
+        self.predictor = WaitPredictor() if cfg.get("slo", "shed_at_admission") else None
         self.recorder = StepRecorder(self.cm, self.tenants, self.twin.state.counters)
         self._stop = False
         self.admitting = True
@@ -204,6 +206,10 @@ class SimBackend(Backend):
                 res = twin.step(start) if len(st) else None
                 if res is not None:
                     rec.record(res, st, self.host.metrics, self.host.slo, self.lag)
+                    if self.predictor is not None:
+                        rows = st.live_rows()
+                        self.predictor.observe(res.t_end, int(np.count_nonzero(st.outputs[rows] == 0)),
+                                               int(res.sampled.first_ids.shape[0]))
                     if self.host.tuner is not None:
                         rec.feed(res, self.host.tuner, self.t0)
                     events = waiter_events(self._http, res.sampled, res.t_end)

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from superinfer.core.wait import WaitPredictor
+from superinfer.daemon.admission import shed_at_admission
 from superinfer.daemon.httputil import HttpError, error, json_body, resolve_tenant
 from superinfer.daemon.openapi import completion_schema, errors
 from superinfer.daemon.openapi import json_body as json_body_doc
@@ -70,6 +72,11 @@ class SimEngine(Protocol):
 
     @property
     def max_model_len(self) -> int: ...
+
+    @property
+    def predictor(self) -> WaitPredictor | None:
+        """Shedding at admission (``[slo].shed_at_admission``), else None."""
+        ...
 
     def inflight(self) -> int:
         """HTTP requests the engine holds (queued or live)."""
@@ -276,7 +283,8 @@ def register_openai_routes(app: FastAPI, host: Host, engine: SimEngine) -> None:
         if engine.inflight() >= host.cfg.get("engine", "max_inflight"):
             host.metrics.rejected.labels(req.tenant, "overloaded").inc()
             return error(503, "overloaded: too many requests in flight", "unavailable", headers={"Retry-After": "1"})
-        refused = limit.enter(req.tenant)
+        refused = (shed_at_admission(engine.predictor, host.cfg.tenants[req.tenant_idx], host.metrics, host.slo)
+                   or limit.enter(req.tenant))
         if refused is not None:
             return refused
         streaming = False

@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 from fastapi import Request
 from fastapi.responses import Response
 
+from superinfer.core.wait import WaitPredictor
 from superinfer.daemon import parallel
+from superinfer.daemon.admission import shed_at_admission
 from superinfer.daemon.backends.base import Backend, Host
 from superinfer.daemon.backends.vllm_child import (
     STATS_FILE,
@@ -82,6 +84,8 @@ class VllmBackend(Backend):
         self.engine_url = ""
         self.admitting = True
         self._inflight = 0
+        self.waiting_first = 0  # streamed requests sent to the engine, still without a first token
+        self.predictor = WaitPredictor() if cfg.get("slo", "shed_at_admission") else None
         self.counts = {"arrived": 0, "finished": 0, "rejected": 0, "shed": 0, "aborted": 0, "failed": 0}
         self.scraped: dict[str, float] = {}
         self.num_blocks: int | None = None
@@ -228,7 +232,9 @@ class VllmBackend(Backend):
             if backend._inflight >= host.cfg.get("engine", "max_inflight"):
                 host.metrics.rejected.labels(tenant, "overloaded").inc()
                 return error(503, "overloaded: too many requests in flight", "unavailable", headers={"Retry-After": "1"})
-            refused = backend.limit.enter(tenant)
+            refused = shed_at_admission(backend.predictor, backend.tenants[backend.tenant_index[tenant]],
+                                        host.metrics, host.slo)
+            refused = refused or backend.limit.enter(tenant)
             if refused is not None:
                 return refused
             xargs = dict(body.get(XARGS_FIELD) or {})

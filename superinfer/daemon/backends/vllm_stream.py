@@ -48,6 +48,14 @@ def outcome_of(status: int) -> str:
     return "finished" if status == 200 else "rejected" if 400 <= status < 500 else "failed"
 
 
+def _waiting(backend: Any, delta: int, first: bool = False) -> None:
+    """One more (``+1``) or one fewer streamed request waiting for its first token (``first``: it got it), as
+    the admission predictor counts them (:mod:`superinfer.daemon.admission`)."""
+    backend.waiting_first += delta
+    if backend.predictor is not None:
+        backend.predictor.observe(time.monotonic(), backend.waiting_first, int(first))
+
+
 class Shed(Exception):
     """The first-token deadline passed before the engine produced a token."""
 
@@ -86,29 +94,35 @@ async def stream_completion(backend: Any, path: str, body: dict, tenant: str, t0
         prompt = body.get("prompt", body.get("messages", ""))
         tuner.arrival(t0, tenant, len(prompt) if isinstance(prompt, list) else max(len(str(prompt)) // 4, 1))
     upstream = backend._client.stream("POST", path, json=body)
+    _waiting(backend, +1)
+    ended = True
     try:
-        r = await upstream.__aenter__()
-        lines = r.aiter_lines()
-        head, ended = await read_head(lines, is_token_event, slo.max_queue_s - (time.monotonic() - t0))
-    except Shed:
-        await upstream.__aexit__(None, None, None)  # the engine sees the client go and aborts the request
-        waited = time.monotonic() - t0
-        backend._done("shed", tenant)
-        m.shed.labels(tenant, DEADLINE).inc()
-        h.slo.shed(tenant, waited)
-        if tuner is not None:
-            tuner.first_token(t0, tenant, False)
-        after = retry_after_s(slo.ttft_slo)
-        return error(503, f"shed: no first token within the tenant's deadline ({slo.max_queue_s:g} s); the host "
-                     f"is overloaded, retry after {after} s", "overloaded", headers={"Retry-After": str(after)})
-    except httpx.HTTPError as exc:
-        await upstream.__aexit__(type(exc), exc, exc.__traceback__)
-        backend._done("failed", tenant)
-        return error(502, f"engine unreachable: {exc}", "bad_gateway")
-    except BaseException:
-        await upstream.__aexit__(None, None, None)
-        backend._done("aborted", tenant)  # the client went away while it waited
-        raise
+        try:
+            r = await upstream.__aenter__()
+            lines = r.aiter_lines()
+            head, ended = await read_head(lines, is_token_event, slo.max_queue_s - (time.monotonic() - t0))
+        except Shed:
+            await upstream.__aexit__(None, None, None)  # the engine sees the client go and aborts the request
+            waited = time.monotonic() - t0
+            backend._done("shed", tenant)
+            m.shed.labels(tenant, DEADLINE).inc()
+            h.slo.shed(tenant, waited)
+            if tuner is not None:
+                tuner.first_token(t0, tenant, False)
+            after = retry_after_s(slo.ttft_slo)
+            return error(503, f"shed: no first token within the tenant's deadline ({slo.max_queue_s:g} s); the host "
+                         f"is overloaded, retry after {after} s", "overloaded", headers={"Retry-After": str(after)})
+        except httpx.HTTPError as exc:
+            await upstream.__aexit__(type(exc), exc, exc.__traceback__)
+            backend._done("failed", tenant)
+            return error(502, f"engine unreachable: {exc}", "bad_gateway")
+        except BaseException:
+            await upstream.__aexit__(None, None, None)
+            backend._done("aborted", tenant)  # the client went away while it waited
+            raise
+    finally:
+        _waiting(backend, -1, first=not ended)
+
     if ended:  # no token at all: the engine's own answer (an error, or an empty completion), status kept
         await upstream.__aexit__(None, None, None)
         outcome = outcome_of(r.status_code)
