@@ -10,7 +10,7 @@ SLO, then:
    (twice; the second counts: the first warms the engine), capacity = requests / seconds until the last ends;
 2. **load**: Poisson arrivals at ``--load`` x that capacity for ``--duration`` seconds, each a streamed
    completion by ``openai.AsyncOpenAI`` (``max_retries=0``: the client sees every refusal), tenants mixed by
-   the profile's shares, while another task polls ``/v1/state`` every 0.2 s.
+   the profile's shares, while another process polls ``/v1/state`` every 0.2 s.
 
 Checked and written (exit 1 if any check fails): every request got a whole completion (``completion_tokens``
 as asked) or a 503/429 with ``Retry-After``, within its tenant's deadline + TTFT SLO; ``/metrics`` counts
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing as mp
 import os
 import re
 import subprocess
@@ -33,6 +34,8 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+
+from superinfer.bench.poll import poll_state
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT_WORDS = "the quick brown fox jumps over the lazy dog ".split()
@@ -103,27 +106,24 @@ async def load(url: str, rps: float, duration: float, tokens: int, words: int, t
     arrivals = np.cumsum(rng.exponential(1.0 / rps, size=int(rps * duration * 2) + 10))
     arrivals = arrivals[arrivals < duration]
     who = rng.choice(len(names), size=arrivals.size, p=shares / shares.sum())
-    polls: list[float] = []
-    done = asyncio.Event()
-
-    async def poll(c: httpx.AsyncClient) -> None:
-        while not done.is_set():
+    ctx = mp.get_context("spawn")
+    stop, ready, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    poller = ctx.Process(target=poll_state, args=(url, 0.2, stop, out, ready))  # its own interpreter, as top's
+    poller.start()
+    if not ready.wait(120):
+        raise SystemExit("the /v1/state poller did not start")
+    try:
+        async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600) as client:
             t0 = time.monotonic()
-            (await c.get("/v1/state")).raise_for_status()
-            polls.append(time.monotonic() - t0)
-            await asyncio.sleep(0.2)
-
-    async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600) as client, \
-            httpx.AsyncClient(base_url=url, timeout=30) as c:
-        poller = asyncio.create_task(poll(c))
-        t0 = time.monotonic()
-        tasks = []
-        for i, (t, k) in enumerate(zip(arrivals.tolist(), who.tolist())):
-            await asyncio.sleep(max(0.0, t - (time.monotonic() - t0)))
-            tasks.append(asyncio.create_task(one(client, names[k], i, tokens, words)))
-        results = await asyncio.gather(*tasks)
-        done.set()
-        await poller
+            tasks = []
+            for i, (t, k) in enumerate(zip(arrivals.tolist(), who.tolist())):
+                await asyncio.sleep(max(0.0, t - (time.monotonic() - t0)))
+                tasks.append(asyncio.create_task(one(client, names[k], i, tokens, words)))
+            results = await asyncio.gather(*tasks)
+    finally:
+        stop.set()
+        polls = out.get(timeout=60)  # (status, seconds)
+        poller.join(timeout=10)
     for r, t in zip(results, arrivals.tolist()):
         r["arrival_s"] = t
     return list(results), polls
@@ -137,7 +137,7 @@ def metric(text: str, name: str, **labels: str) -> float:
     return total
 
 
-def check(results: list[dict], polls: list[float], metrics_text: str, tenants: dict[str, dict], tokens: int) -> dict:
+def check(results: list[dict], polled: list[tuple[int, float]], metrics_text: str, tenants: dict[str, dict], tokens: int) -> dict:
     by = {s: [r for r in results if r["status"] == s] for s in sorted({r["status"] for r in results})}
     served, refused = by.get(200, []), [r for r in results if r["status"] in (429, 503)]
     other = [r for r in results if r["status"] not in (200, 429, 503)]
@@ -154,10 +154,11 @@ def check(results: list[dict], polls: list[float], metrics_text: str, tenants: d
     # refusals at the door (predicted, tenant_limit) never reach the engine: not counted as arrived
     counts_ok = (finished == len(served) and shed_deadline + shed_predicted == len(by.get(503, []))
                  and shed_limit == len(by.get(429, [])) and arrived == len(served) + shed_deadline)
+    polls = [seconds for _, seconds in polled]
     p99 = float(np.percentile(polls, 99)) if polls else float("nan")
     checks = {"every_request_answered": not other, "whole_completions": not cut, "retry_after_on_refusals": not no_retry,
               "within_deadline_plus_slo": not late and not late_first, "metrics_add_up": counts_ok,
-              "state_p99_le_200ms": p99 <= 0.2}
+              "state_p99_le_200ms": p99 <= 0.2, "every_poll_answered": all(s == 200 for s, _ in polled)}
     return {"requests": len(results), "served": len(served), "shed_503": len(by.get(503, [])),
             "refused_429": len(by.get(429, [])), "other": len(other), "cut_short": len(cut),
             "refused_after_deadline_plus_slo": len(late), "first_token_after_deadline_plus_slo": len(late_first),

@@ -85,6 +85,9 @@ class DaemonMetrics:
         self.recompute = Counter(p + "recompute_fallbacks_total", "Preemptions that dropped KV to recompute",
                                  registry=r)
         self.iterations = Counter(p + "iterations_total", "Engine iterations", registry=r)
+        self.loop_lag = Histogram(p + "event_loop_lag_seconds", "How late the daemon's event loop ran a timer "
+                                  "(sampled every 0.1 s): a stall every request in flight and the API wait out",
+                                  buckets=GAP_BUCKETS, registry=r)
         self.planner = Histogram(p + "planner_seconds", "Scheduler planning time per iteration",
                                  buckets=PLANNER_BUCKETS, registry=r)
         self.param = Gauge(p + "scheduler_param", "Current scheduler parameter value", ["param"], registry=r)

@@ -121,6 +121,8 @@ def test_metrics_names(daemon) -> None:
         "superinfer_preemptions_total": "counter",
         "superinfer_recompute_fallbacks_total": "counter",
         "superinfer_planner_seconds": "histogram",
+        "superinfer_event_loop_lag_seconds": "histogram",
+        "superinfer_requests_shed_total": "counter",
         "superinfer_scheduler_param": "gauge",
         "superinfer_b_xfer_blocks": "gauge",
         "superinfer_probe_bandwidth_bytes_per_second": "gauge",

@@ -57,6 +57,21 @@ ENGINE_KEEPALIVE_S = 2.0  # idle expiry of the proxy's connections to the vLLM c
 _METRIC_RE = re.compile(r"^(vllm:[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+|NaN)$", re.M)
 
 
+def raise_open_files(needed: int) -> None:
+    """Raise this process's soft limit on open files to ``needed`` (at most the hard limit), with a warning when
+    the hard limit is lower: past it, accepting a connection fails."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < needed:
+        log.warning("open files limited to %d (hard limit); engine.max_inflight requests in flight need about %d: "
+                    "raise LimitNOFILE or lower engine.max_inflight", target, needed)
+
+
 class VllmBackend(Backend):
     name = "vllm"
     simulation = False
@@ -128,8 +143,12 @@ class VllmBackend(Backend):
         # Idle connections to the child expire before vLLM's uvicorn closes them (VLLM_HTTP_TIMEOUT_KEEP_ALIVE,
         # 5 s by default, httpx's own default expiry too): otherwise a request forwarded on a connection the
         # child is closing fails with a transport error (502 here) without reaching the engine.
+        # One connection per request the daemon admits (engine.max_inflight, + scrapes): every admitted request is
+        # in the engine at once, where the scheduler ranks it, and none waits unseen in this pool past its deadline.
+        inflight = self.cfg.get("engine", "max_inflight")
+        raise_open_files(2 * inflight + 256)  # each proxied request holds the client's socket and the engine's
         self._client = httpx.AsyncClient(base_url=self.engine_url, timeout=httpx.Timeout(None, connect=10.0),
-                                         limits=httpx.Limits(max_connections=100, max_keepalive_connections=20,
+                                         limits=httpx.Limits(max_connections=inflight + 8, max_keepalive_connections=64,
                                                              keepalive_expiry=ENGINE_KEEPALIVE_S))
         deadline = time.monotonic() + self.cfg.get("engine", "startup_timeout_s")
         while True:

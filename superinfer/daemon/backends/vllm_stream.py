@@ -17,6 +17,7 @@ SLO miss (:meth:`superinfer.daemon.stats.SloWindow.shed`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections.abc import AsyncIterator, Callable
@@ -60,27 +61,66 @@ class Shed(Exception):
     """The first-token deadline passed before the engine produced a token."""
 
 
-async def read_head(lines: AsyncIterator[str], is_token: Callable[[str], bool], timeout_s: float) -> tuple[list[str], bool]:
+async def read_head(lines: AsyncIterator[str], is_token: Callable[[str], bool]) -> tuple[list[str], bool]:
     """Read ``lines`` up to and including the first token event: (the lines read, whether the stream ended
-    before any token). Raises :class:`Shed` when ``timeout_s`` passes first (``inf``: never)."""
+    before any token)."""
     head: list[str] = []
+    async for line in lines:
+        head.append(line)
+        if is_token(line):
+            return head, False
+    return head, True
 
-    async def first() -> bool:
-        async for line in lines:
-            head.append(line)
-            if is_token(line):
-                return False
-        return True
 
-    if not math.isfinite(timeout_s):
-        return head, await first()
-    if timeout_s <= 0:
-        raise Shed()
-    try:
-        ended = await asyncio.wait_for(first(), timeout_s)
-    except asyncio.TimeoutError:
-        raise Shed() from None
-    return head, ended
+class Head:
+    """An engine stream opened and read up to its first token in a task of its own, which is **never
+    cancelled**: cancelling a task inside httpx's connection code makes httpcore close the connection under a
+    cancel shield, and with dozens shed at once that spun the event loop for over a second (profiled on the
+    real engine, deadlines of 1 s, 64 clients). A request shed or abandoned first is let go instead
+    (:meth:`abandon`): its response is closed from outside, which ends the read with an error, never seen."""
+
+    def __init__(self, upstream: Any) -> None:
+        self.upstream = upstream
+        self.response: Any = None
+        self.opened = asyncio.Event()
+        self.task = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> tuple[Any, AsyncIterator[str], list[str], bool]:
+        self.response = await self.upstream.__aenter__()
+        self.opened.set()
+        lines = self.response.aiter_lines()
+        return (self.response, lines, *await read_head(lines, is_token_event))
+
+    async def result(self, timeout_s: float) -> tuple[Any, AsyncIterator[str], list[str], bool]:
+        """(response, its lines, the lines up to the first token, whether it ended without one); :class:`Shed`
+        when ``timeout_s`` passes first (``inf``: never); the engine's own errors as raised."""
+        done, _ = await asyncio.wait({self.task}, timeout=max(timeout_s, 0.0) if math.isfinite(timeout_s) else None)
+        if not done:
+            raise Shed()
+        return self.task.result()
+
+    def abandon(self) -> None:
+        """Let the engine stream go (the engine sees the client leave and aborts the request), in the
+        background: once it is open, close its response; then collect the reader and the context."""
+        async def close() -> None:
+            opened = asyncio.ensure_future(self.opened.wait())
+            await asyncio.wait({opened, self.task}, return_when=asyncio.FIRST_COMPLETED)
+            opened.cancel()
+            if self.opened.is_set():
+                with contextlib.suppress(Exception):
+                    await self.response.aclose()
+            with contextlib.suppress(BaseException):
+                await self.task
+            if self.opened.is_set():
+                with contextlib.suppress(Exception):
+                    await self.upstream.__aexit__(None, None, None)
+
+        _BACKGROUND.add(task := asyncio.ensure_future(close()))
+        task.add_done_callback(_BACKGROUND.discard)
+
+
+#: tasks closing abandoned engine streams (referenced until done, as asyncio requires)
+_BACKGROUND: set[asyncio.Future] = set()
 
 
 async def stream_completion(backend: Any, path: str, body: dict, tenant: str, t0: float) -> Response:
@@ -93,16 +133,14 @@ async def stream_completion(backend: Any, path: str, body: dict, tenant: str, t0
     if tuner is not None:  # only streamed requests are timed, so only they are reported to the tuner
         prompt = body.get("prompt", body.get("messages", ""))
         tuner.arrival(t0, tenant, len(prompt) if isinstance(prompt, list) else max(len(str(prompt)) // 4, 1))
-    upstream = backend._client.stream("POST", path, json=body)
+    head_read = Head(backend._client.stream("POST", path, json=body))
     _waiting(backend, +1)
     ended = True
     try:
         try:
-            r = await upstream.__aenter__()
-            lines = r.aiter_lines()
-            head, ended = await read_head(lines, is_token_event, slo.max_queue_s - (time.monotonic() - t0))
+            r, lines, head, ended = await head_read.result(slo.max_queue_s - (time.monotonic() - t0))
         except Shed:
-            await upstream.__aexit__(None, None, None)  # the engine sees the client go and aborts the request
+            head_read.abandon()
             waited = time.monotonic() - t0
             backend._done("shed", tenant)
             m.shed.labels(tenant, DEADLINE).inc()
@@ -113,18 +151,18 @@ async def stream_completion(backend: Any, path: str, body: dict, tenant: str, t0
             return error(503, f"shed: no first token within the tenant's deadline ({slo.max_queue_s:g} s); the host "
                          f"is overloaded, retry after {after} s", "overloaded", headers={"Retry-After": str(after)})
         except httpx.HTTPError as exc:
-            await upstream.__aexit__(type(exc), exc, exc.__traceback__)
+            head_read.abandon()
             backend._done("failed", tenant)
             return error(502, f"engine unreachable: {exc}", "bad_gateway")
         except BaseException:
-            await upstream.__aexit__(None, None, None)
+            head_read.abandon()
             backend._done("aborted", tenant)  # the client went away while it waited
             raise
     finally:
         _waiting(backend, -1, first=not ended)
 
     if ended:  # no token at all: the engine's own answer (an error, or an empty completion), status kept
-        await upstream.__aexit__(None, None, None)
+        await head_read.upstream.__aexit__(None, None, None)
         outcome = outcome_of(r.status_code)
         backend._done(outcome, tenant)
         if outcome == "finished":
@@ -170,7 +208,7 @@ async def stream_completion(backend: Any, path: str, body: dict, tenant: str, t0
             outcome = "aborted"  # the client went away (or the drain gave up on it)
             raise
         finally:
-            await upstream.__aexit__(None, None, None)
+            await head_read.upstream.__aexit__(None, None, None)
             # gaps enter the SLO window when the stream ends, finished or not (all were observed)
             h.slo.gaps(tenant, gaps, slo_s=slo.tbt_slo)
             if outcome == "finished":
