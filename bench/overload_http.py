@@ -41,14 +41,16 @@ REPO = Path(__file__).resolve().parents[1]
 PROMPT_WORDS = "the quick brown fox jumps over the lazy dog ".split()
 
 
-def start_daemon(state_dir: Path, deadline_x: float, admission: bool) -> tuple[subprocess.Popen, str]:
+def start_daemon(state_dir: Path, deadline_x: float, admission: bool, log_path: Path) -> tuple[subprocess.Popen, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERINFER_") and k != "NOTIFY_SOCKET"}
     env.update(VLLM_CPU_OMP_THREADS_BIND="nobind", TOKENIZERS_PARALLELISM="false")
     cmd = [sys.executable, "-m", "superinfer.cli", "start", "--profile", "cpu-demo", "--device", "cpu", "--port", "0",
            "--state-dir", str(state_dir), "--set", "load.rps=0", "--set", f"slo.max_queue_ttft_x={deadline_x}",
            "--set", f"slo.shed_at_admission={'true' if admission else 'false'}"]
-    log = open(state_dir.parent / "daemon.log", "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    log = open(log_path, "w")
+    # a session of its own, as under systemd: the kernel's autogroup shares CPU between sessions first, and this
+    # load generator's session is not the daemon's
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -132,7 +134,7 @@ async def load(url: str, rps: float, duration: float, tokens: int, words: int, t
 def metric(text: str, name: str, **labels: str) -> float:
     total = 0.0
     for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+        if line.startswith((name + "{", name + " ")) and all(f'{k}="{v}"' in line for k, v in labels.items()):
             total += float(line.rsplit(" ", 1)[1])
     return total
 
@@ -168,6 +170,7 @@ def check(results: list[dict], polled: list[tuple[int, float]], metrics_text: st
                         "shed_predicted": shed_predicted, "shed_tenant_limit": shed_limit},
             "slo_attainment_client": _attainment(served, len(results), tenants),
             "state_poll_p99_s": p99, "state_poll_max_s": max(polls) if polls else None, "polls": len(polls),
+            "daemon_loop_lag": _lag(metrics_text),
             "checks": checks, "ok": all(checks.values())}
 
 
@@ -182,10 +185,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shed-at-admission", action="store_true", help="[slo].shed_at_admission on")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--daemon-log", default=None, help="keep the daemon's log here (stalls are logged with a stack)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         state_dir = Path(tmp) / "state"
-        proc, url = start_daemon(state_dir, a.deadline_x, a.shed_at_admission)
+        proc, url = start_daemon(state_dir, a.deadline_x, a.shed_at_admission,
+                                 Path(a.daemon_log) if a.daemon_log else Path(tmp) / "daemon.log")
         try:
             cfg = httpx.get(url + "/v1/config", timeout=10).json()
             tenants = {t["name"]: {"ttft_s": t["ttft_s"], "deadline_s": t["max_queue_s"], "share": t["share"]}
@@ -193,19 +198,23 @@ def main() -> int:
             asyncio.run(burst(url, a.capacity_requests, a.tokens, a.prompt_words))  # warm-up
             capacity = asyncio.run(burst(url, a.capacity_requests, a.tokens, a.prompt_words))
             before = httpx.get(url + "/metrics", timeout=10).text
+            cpu0 = _cpu_s(proc.pid)
             rps = a.load * capacity
             print(f"capacity {capacity:.3f} req/s; offering {rps:.3f} req/s for {a.duration:g} s", file=sys.stderr)
             results, polls = asyncio.run(load(url, rps, a.duration, a.tokens, a.prompt_words,
                                               [(n, t["share"]) for n, t in tenants.items()], a.seed))
             after = httpx.get(url + "/metrics", timeout=10).text
+            daemon_cpu_s = _cpu_s(proc.pid) - cpu0
         finally:
             proc.terminate()
             proc.wait(timeout=300)
     # the load's own counts: /metrics after minus before (the capacity bursts came first)
     delta = "\n".join(f"{line.rsplit(' ', 1)[0]} {float(line.rsplit(' ', 1)[1]) - _before(before, line)}"
-                      for line in after.splitlines() if line.startswith("superinfer_requests_"))
+                      for line in after.splitlines()
+                      if line.startswith(("superinfer_requests_", "superinfer_event_loop_lag_seconds_")))
     out = {"command": "python bench/overload_http.py " + " ".join(sys.argv[1:]), "date": time.strftime("%Y-%m-%d"),
-           "capacity_rps": capacity, "offered_rps": rps, "tenants": tenants,
+           "capacity_rps": capacity, "offered_rps": rps, "tenants": tenants, "daemon_cpu_s": daemon_cpu_s,
+           "cpus": len(os.sched_getaffinity(0)),
            **check(results, polls, delta, tenants, a.tokens), "results": results}
     text = json.dumps(out, indent=1)
     if a.json:
@@ -219,6 +228,20 @@ def _attainment(served: list[dict], n: int, tenants: dict[str, dict]) -> float:
     saw it: headers come with the first token); the TBT side is in /metrics."""
     ok = sum(1 for r in served if r["answer_s"] <= tenants[r["tenant"]]["ttft_s"])
     return ok / n if n else 0.0
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used: the daemon's own, its engine not included."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _lag(metrics_text: str) -> dict:
+    """The daemon's event-loop lag samples during the load (superinfer_event_loop_lag_seconds, every 0.1 s):
+    how many, and how many over 0.2 s and 0.5 s."""
+    count = metric(metrics_text, "superinfer_event_loop_lag_seconds_count")
+    within = {le: metric(metrics_text, "superinfer_event_loop_lag_seconds_bucket", le=le) for le in ("0.2", "0.5")}
+    return {"samples": count, "over_0_2s": count - within["0.2"], "over_0_5s": count - within["0.5"]}
 
 
 def _before(before: str, line: str) -> float:

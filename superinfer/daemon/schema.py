@@ -112,6 +112,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "drain_timeout_s": Key("float", 30.0, "on SIGTERM, how long in-flight requests may finish", 0, 86400, lo_open=True),
         "startup_timeout_s": Key("float", 900.0, "vllm backend: how long model loading may take", 0, 86400, lo_open=True),
         "max_inflight": Key("int", 4096, "requests the daemon holds at once; more get 503", 1, 1 << 24),
+        "cpu_nice": Key("int", 5, "vLLM on CPU: the engine's nice value above the daemon's, so the daemon "
+                        "(deadlines, streams, /v1/state) keeps its share of cores the engine's threads fill; 0: "
+                        "the same priority", 0, 19),
     },
     "slo": {
         "ttft_s": Key("float", 5.0, "time-to-first-token SLO of the default tenant (s)", 0, 3600, lo_open=True),

@@ -18,7 +18,6 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -30,6 +29,7 @@ from superinfer.daemon.backends.base import Backend
 from superinfer.daemon.backends.select import select_backend
 from superinfer.daemon.config import Config
 from superinfer.daemon.errors import StartError
+from superinfer.daemon.loop_health import StallWatch, watch_loop_lag
 from superinfer.daemon.metrics import DaemonMetrics
 from superinfer.daemon.notify import Notifier, watchdog_interval_s
 from superinfer.daemon.params import ParamStore
@@ -48,7 +48,6 @@ STALL_S = 30.0  # an engine loop silent this long is stalled (watchdog pings sto
 #: that race lost about one load-test request in three runs; 75 s also outlasts aiohttp (15 s) and
 #: nginx upstream keep-alive (60 s). Clients that keep idle connections longer (Go: 90 s) still race.
 KEEP_ALIVE_S = 75
-LOOP_LAG_EVERY_S = 0.1  # how often the event loop's lag is sampled (superinfer_event_loop_lag_seconds)
 
 
 class Daemon:
@@ -140,14 +139,6 @@ class Daemon:
                 f"{c.get('arrived', 0)} arrived, {c.get('finished', 0)} finished")
 
 
-async def watch_loop_lag(observe: Callable[[float], None], every_s: float = LOOP_LAG_EVERY_S) -> None:
-    """Every ``every_s``: how much later than asked a sleep woke up (the event loop's lag), to ``observe``."""
-    while True:
-        t0 = time.monotonic()
-        await asyncio.sleep(every_s)
-        observe(max(0.0, time.monotonic() - t0 - every_s))
-
-
 def make_server(config: uvicorn.Config) -> uvicorn.Server:
     """uvicorn's Server without its own signal handling (the daemon drains first, then stops it)."""
 
@@ -181,7 +172,12 @@ class Serving:
         self.start_task: asyncio.Task | None = None  # the backend's start, until it has finished
         self.stop_wait: asyncio.Task | None = None
         self.load_task: asyncio.Task | None = None  # the [load] client, while it sends
-        self.lag_task: asyncio.Task | None = None  # samples the event loop's lag
+        self.lag_task: asyncio.Task | None = None  # samples the event loop's lag (its heartbeat)
+        self.stall: StallWatch | None = None  # logs the loop's stack on a stall, once serving
+
+    def _beat(self) -> None:
+        if self.stall is not None:
+            self.stall.beat()
 
     async def serve(self) -> int:
         await self.startup()
@@ -215,7 +211,7 @@ class Serving:
         self.notifier.status(f"starting backend {d.backend.name}")
         self.start_task = asyncio.create_task(d.backend.start(d))
         self.stop_wait = asyncio.create_task(self.stop.wait())
-        self.lag_task = asyncio.create_task(watch_loop_lag(d.metrics.loop_lag.observe))
+        self.lag_task = asyncio.create_task(watch_loop_lag(d.metrics.loop_lag.observe, beat=self._beat))
 
     async def main_loop(self) -> None:
         """Tick until a signal, a failed start or a crashed engine loop; wake on either event or every
@@ -266,6 +262,7 @@ class Serving:
         # host whose cores the engine keeps busy), a stall every request in flight and /v1/state would wait out.
         gc.collect()
         gc.freeze()
+        self.stall = StallWatch()  # from now on (the start itself may hold the loop: building the model)
         self.notifier.ready(self.daemon.status_line())
         log.info("ready: %s", self.daemon.status_line())
         self.load_task = self._start_load()
@@ -313,6 +310,8 @@ class Serving:
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
+        if self.stall is not None:
+            self.stall.stop()
         path = persist(d.state_dir / lc.STATE_FILE, d.cfg, d.backend, d.store, time.monotonic() - d.started, drain,
                        error=d.error())
         log.info("state persisted to %s: %s", path, d.backend.counters())

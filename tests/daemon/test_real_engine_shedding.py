@@ -104,7 +104,7 @@ def test_overload_sheds_with_503_and_retry_after_and_counts_add_up(tmp_path: Pat
         assert m and int(float(m.group(1))) == len(shed)
         c = d.state()["counters"]
         assert c["shed"] == len(shed) and c["finished"] == len(served) and c["arrived"] == CLIENTS
-        assert float(np.percentile(polls, 99)) <= 0.2 or max(polls) <= 0.5, sorted(polls)[-5:]
+        assert float(np.percentile(polls, 99)) <= 0.2, sorted(polls)[-5:]  # issue 28: /v1/state p99 <= 200 ms
         # the daemon's own measure: its event loop never stalled half a second
         lag_after = lag_counts(metrics)
         assert lag_after[1] - lag_before[1] > 10 and lag_after[0] - lag_before[0] == lag_after[1] - lag_before[1], \

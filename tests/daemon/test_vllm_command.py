@@ -51,3 +51,23 @@ def test_the_env_name_is_the_plugins() -> None:
     from superinfer.vllm.scheduler import ENV_POLICY as PLUGIN_ENV_POLICY
 
     assert ENV_POLICY == PLUGIN_ENV_POLICY
+
+
+def test_a_cpu_engine_runs_below_the_daemons_priority(tmp_path) -> None:
+    """engine.cpu_nice: the child (and what it starts) runs at the daemon's nice value + cpu_nice."""
+    import io
+    import os
+    import sys
+
+    from superinfer.daemon.backends.vllm_child import EngineChild
+
+    out = io.BytesIO()
+    child = EngineChild(tmp_path / "stats.json", sink=out)
+    script = "import os; print('nice', os.nice(0)); os.path.exists('/proc/self/autogroup') and " \
+             "print(open('/proc/self/autogroup').read())"
+    child.spawn([sys.executable, "-c", script], dict(os.environ), nice=3)
+    child.proc.wait(timeout=60)
+    child.pump.join(10)
+    assert f"nice {os.nice(0) + 3}".encode() in out.getvalue()
+    if os.path.exists("/proc/self/autogroup"):  # its own session's group is lowered too: CPU is shared by group
+        assert b"/autogroup-" in out.getvalue() and b" nice 3" in out.getvalue(), out.getvalue()

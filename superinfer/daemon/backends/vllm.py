@@ -139,7 +139,13 @@ class VllmBackend(Backend):
         log.info("starting vLLM on %s: %s", self.engine_url, " ".join(cmd))
         log.info("serving model %r (from %s): clients send \"model\": %s", self.served, self.model_path,
                  json.dumps(self.served))
-        self.child.spawn(cmd, env)
+        # A CPU engine's OpenMP threads fill every core they may use; at the daemon's priority they starved its
+        # event loop for 0.5-2 s at a time under overload (two cores, 2x capacity: stalls logged with stacks all
+        # over httpx and starlette, i.e. descheduled), and every deadline, stream and /v1/state waited.
+        nice = self.cfg.get("engine", "cpu_nice") if parallel.is_cpu(self.cfg.d("device")) else 0
+        if nice:
+            log.info("vLLM on CPU runs at nice +%d (engine.cpu_nice): the daemon keeps its share of the cores", nice)
+        self.child.spawn(cmd, env, nice=nice)
         # Idle connections to the child expire before vLLM's uvicorn closes them (VLLM_HTTP_TIMEOUT_KEEP_ALIVE,
         # 5 s by default, httpx's own default expiry too): otherwise a request forwarded on a connection the
         # child is closing fails with a transport error (502 here) without reaching the engine.

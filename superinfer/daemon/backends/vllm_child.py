@@ -46,6 +46,17 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
+def _lower_session_group(nice: int) -> None:
+    """With the kernel's autogroup scheduling (``sched_autogroup_enabled``), CPU is shared between sessions
+    first and a process's nice value counts only inside its own session: the child leads a session of its
+    own, so its group's nice (``/proc/self/autogroup``) is what lowers it against the daemon."""
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(nice))
+    except OSError:
+        pass  # no autogroup (a kernel without it, or a container that hides it): the nice value alone counts
+
+
 def served_default(model_path: str) -> str:
     """The default served model name: a local model directory's name (for a Hugging Face cache snapshot,
     ``.../models--org--name/snapshots/<sha>``, the model's id ``org/name``), else the model id as given."""
@@ -101,18 +112,28 @@ def plugin_env(policy: str, dram_gib: float) -> dict[str, str]:
 class EngineChild:
     """One vLLM process: started by :meth:`spawn`, stopped by :meth:`stop`."""
 
-    def __init__(self, stats_path: Path) -> None:
+    def __init__(self, stats_path: Path, sink: Any = None) -> None:
+        """``sink``: where the child's output goes (a binary file; None: the daemon's stderr)."""
+        self.sink = sink
         self.proc: subprocess.Popen | None = None
         self.pump: OutputPump | None = None
         self.stats_path = stats_path
         self._stopped = False
 
-    def spawn(self, cmd: list[str], env: dict[str, str]) -> None:
+    def spawn(self, cmd: list[str], env: dict[str, str], nice: int = 0) -> None:
+        """Start vLLM; ``nice`` > 0 lowers its CPU priority (and its processes') below the daemon's."""
         env = {**env, "SUPERINFER_STATS_FILE": str(self.stats_path), "PYTHONUNBUFFERED": "1"}
         self.stats_path.unlink(missing_ok=True)  # a previous run's counters are not this one's
+
+        def before_exec() -> None:  # in the child, between fork and exec (after setsid)
+            _die_with_parent()
+            if nice > 0:
+                os.nice(nice)
+                _lower_session_group(nice)
+
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     preexec_fn=_die_with_parent, start_new_session=True)
-        self.pump = OutputPump(self.proc.stdout)
+                                     preexec_fn=before_exec, start_new_session=True)
+        self.pump = OutputPump(self.proc.stdout, self.sink)
 
     def ready(self) -> None:
         """The engine serves: what it printed while loading is no longer a cause of what comes next."""
