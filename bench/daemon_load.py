@@ -30,6 +30,8 @@ from pathlib import Path
 
 import httpx
 
+from superinfer.bench.daemon_proc import launch, poll_state
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -37,41 +39,8 @@ def start_daemon(state_dir: Path, profile: str, max_inflight: int = 100000) -> t
     env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERINFER_") and k != "NOTIFY_SOCKET"}
     cmd = [sys.executable, "-m", "superinfer.cli", "start", "--profile", profile, "--backend", "sim", "--port", "0",
            "--state-dir", str(state_dir), "--set", "sim.rps=0", "--set", f"engine.max_inflight={max_inflight}"]
-    log = open(state_dir.parent / "daemon.log", "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"daemon exited with {proc.returncode}; see {log.name}")
-        try:
-            url = json.loads((state_dir / "runtime.json").read_text())["url"]
-            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                return proc, url
-        except (OSError, ValueError, KeyError, httpx.HTTPError):
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("daemon did not become ready")
-
-
-def poll_state(url: str, poll_s: float, stop, out) -> None:
-    """A separate process (its own interpreter and GIL) polling /v1/state like the TUI would."""
-    polls: list[tuple[int, float]] = []
-    seen = 0
-    with httpx.Client(base_url=url, timeout=30) as client:
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            try:
-                r = client.get("/v1/state")
-                code = r.status_code
-                if code == 200:
-                    q = r.json()["queues"]
-                    seen = max(seen, q["waiting"] + q["running"] + q["rotary"])
-            except httpx.HTTPError:
-                code = -1
-            polls.append((code, time.perf_counter() - t0))
-            time.sleep(poll_s)
-    out.put((polls, seen))
+    return launch(cmd, state_dir, state_dir.parent / "daemon.log", env, cwd=REPO, ready_path="/healthz",
+                  timeout_s=90)
 
 
 def _overloaded(r: httpx.Response) -> bool:
@@ -116,16 +85,18 @@ async def run_load(url: str, requests: int, concurrency: int, max_tokens: int, p
                     errors.append(f"{type(exc).__name__}: {exc}")
                     results.append((-1, -1))
 
-        stop = mp.Event()
+        stop, ready = mp.Event(), mp.Event()
         out: mp.Queue = mp.Queue()
-        poller = mp.Process(target=poll_state, args=(url, poll_s, stop, out), daemon=True)
+        poller = mp.Process(target=poll_state, args=(url, poll_s, stop, out, ready), daemon=True)
         poller.start()
+        ready.wait(60)
         arrived0 = (await client.get("/v1/state")).json()["counters"]["arrived"]  # a --url daemon may have history
         t0 = time.perf_counter()
         await asyncio.gather(*(one(i) for i in range(requests)))
         wall = time.perf_counter() - t0
         stop.set()
-        polls, queue_seen = out.get(timeout=60)
+        polls = out.get(timeout=60)
+        queue_seen = max((live for _, _, live in polls), default=0)
         poller.join(10)
         state = (await client.get("/v1/state")).json()
     lat = sorted(p[1] for p in polls)

@@ -35,7 +35,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from superinfer.bench.poll import poll_state
+from superinfer.bench.daemon_proc import launch, poll_state
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT_WORDS = "the quick brown fox jumps over the lazy dog ".split()
@@ -47,23 +47,7 @@ def start_daemon(state_dir: Path, deadline_x: float, admission: bool, log_path: 
     cmd = [sys.executable, "-m", "superinfer.cli", "start", "--profile", "cpu-demo", "--device", "cpu", "--port", "0",
            "--state-dir", str(state_dir), "--set", "load.rps=0", "--set", f"slo.max_queue_ttft_x={deadline_x}",
            "--set", f"slo.shed_at_admission={'true' if admission else 'false'}"]
-    log = open(log_path, "w")
-    # a session of its own, as under systemd: the kernel's autogroup shares CPU between sessions first, and this
-    # load generator's session is not the daemon's
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"daemon exited with {proc.returncode}; see {log.name}")
-        try:
-            url = json.loads((state_dir / "runtime.json").read_text())["url"]
-            if httpx.get(url + "/v1/state", timeout=2).json().get("status") == "ok":
-                return proc, url
-        except (OSError, ValueError, KeyError, httpx.HTTPError):
-            pass
-        time.sleep(0.5)
-    proc.kill()
-    raise SystemExit("daemon did not become ready")
+    return launch(cmd, state_dir, log_path, env, cwd=REPO)
 
 
 async def one(client, tenant: str, i: int, tokens: int, words: int) -> dict:
@@ -139,7 +123,7 @@ def metric(text: str, name: str, **labels: str) -> float:
     return total
 
 
-def check(results: list[dict], polled: list[tuple[int, float]], metrics_text: str, tenants: dict[str, dict], tokens: int) -> dict:
+def check(results: list[dict], polled: list[tuple[int, float, int]], metrics_text: str, tenants: dict[str, dict], tokens: int) -> dict:
     by = {s: [r for r in results if r["status"] == s] for s in sorted({r["status"] for r in results})}
     served, refused = by.get(200, []), [r for r in results if r["status"] in (429, 503)]
     other = [r for r in results if r["status"] not in (200, 429, 503)]
@@ -156,11 +140,11 @@ def check(results: list[dict], polled: list[tuple[int, float]], metrics_text: st
     # refusals at the door (predicted, tenant_limit) never reach the engine: not counted as arrived
     counts_ok = (finished == len(served) and shed_deadline + shed_predicted == len(by.get(503, []))
                  and shed_limit == len(by.get(429, [])) and arrived == len(served) + shed_deadline)
-    polls = [seconds for _, seconds in polled]
+    polls = [seconds for _, seconds, _ in polled]
     p99 = float(np.percentile(polls, 99)) if polls else float("nan")
     checks = {"every_request_answered": not other, "whole_completions": not cut, "retry_after_on_refusals": not no_retry,
               "within_deadline_plus_slo": not late and not late_first, "metrics_add_up": counts_ok,
-              "state_p99_le_200ms": p99 <= 0.2, "every_poll_answered": all(s == 200 for s, _ in polled)}
+              "state_p99_le_200ms": p99 <= 0.2, "every_poll_answered": all(s == 200 for s, _, _ in polled)}
     return {"requests": len(results), "served": len(served), "shed_503": len(by.get(503, [])),
             "refused_429": len(by.get(429, [])), "other": len(other), "cut_short": len(cut),
             "refused_after_deadline_plus_slo": len(late), "first_token_after_deadline_plus_slo": len(late_first),

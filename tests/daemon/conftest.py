@@ -170,3 +170,27 @@ def daemon(tmp_path_factory: pytest.TempPathFactory):
     yield d
     code = d.terminate()
     assert code == 0, d.output()[-4000:]
+
+
+def sim_daemon(cfg: Any, tmp_path: Path, predictor: Any = None) -> tuple[Any, Any, Any]:
+    """An in-process daemon on the sim backend for ``cfg`` (not started): (backend, daemon, the FastAPI app
+    with the backend's OpenAI routes). ``predictor``: the backend's admission WaitPredictor, if given."""
+    from fastapi import FastAPI
+
+    from superinfer.daemon.backends.sim import SimBackend
+    from superinfer.daemon.params import ParamStore
+    from superinfer.daemon.server import Daemon
+
+    backend = SimBackend(cfg)
+    if predictor is not None:
+        backend.predictor = predictor
+    daemon = Daemon(cfg, backend)
+    daemon.store = ParamStore(cfg.params(), 256, cfg.tenants, tmp_path / "params.json", "test")
+    app = FastAPI()
+    backend.register_routes(app, daemon)
+    return backend, daemon, app
+
+
+def completion(tenant: str, max_tokens: int, stream: bool = False) -> dict:
+    """A completion request body of ``tenant`` (a 400-character prompt)."""
+    return {"prompt": "x" * 400, "max_tokens": max_tokens, "stream": stream, "vllm_xargs": {"tenant": tenant}}

@@ -12,13 +12,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fastapi import FastAPI
 from hypothesis import given
 from hypothesis import strategies as st
 
 from superinfer.core.wait import WaitPredictor
-from superinfer.daemon.backends.sim import SimBackend
-from superinfer.daemon.params import ParamStore
+from tests.daemon.conftest import completion, sim_daemon
 from tests.daemon.test_shedding_http import PROFILE as DEADLINES, config
 
 
@@ -69,19 +67,13 @@ PROFILE = (DEADLINES.replace("max_queue_ttft_x = 4.0", "max_queue_ttft_x = 10.0\
 
 
 def test_the_sim_door_refuses_at_once_what_cannot_start_in_time(tmp_path: Path) -> None:
-    from superinfer.daemon.server import Daemon
-
     cfg = config(tmp_path, PROFILE)
     assert cfg.get("slo", "shed_at_admission") is True
-    backend = SimBackend(cfg)
-    backend.predictor = WaitPredictor(first_tokens=2)  # evidence after two first tokens
-    daemon = Daemon(cfg, backend)
-    daemon.store = ParamStore(cfg.params(), 256, cfg.tenants, tmp_path / "params.json", "test")
-    app = FastAPI()
-    backend.register_routes(app, daemon)
+    # evidence after two first tokens
+    backend, daemon, app = sim_daemon(cfg, tmp_path, predictor=WaitPredictor(first_tokens=2))
 
     def body(tenant: str, n: int) -> dict:
-        return {"prompt": "x" * 400, "max_tokens": n, "stream": True, "vllm_xargs": {"tenant": tenant}}
+        return completion(tenant, n, stream=True)
 
     async def go():
         await backend.start(daemon)

@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
-from superinfer.bench.poll import poll_state
+from superinfer.bench.daemon_proc import poll_state
 from tests.daemon.conftest import start_daemon
 
 pytestmark = pytest.mark.timeout(600)
@@ -47,8 +47,8 @@ async def flood(url: str) -> tuple[list[tuple[int, float, str, dict]], list[floa
         stop.set()
         polled = out.get(timeout=60)
         poller.join(timeout=10)
-    assert all(status == 200 for status, _ in polled), polled
-    return answers, [seconds for _, seconds in polled]
+    assert all(status == 200 for status, _, _ in polled), polled
+    return answers, [seconds for _, seconds, _ in polled]
 
 
 async def requests(url: str) -> list[tuple[int, float, str, dict]]:

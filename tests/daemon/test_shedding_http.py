@@ -11,13 +11,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fastapi import FastAPI
 
-from superinfer.daemon.backends.sim import SimBackend
 from superinfer.daemon.config import resolve
-from superinfer.daemon.params import ParamStore
 from superinfer.daemon.profiles import ProfileError
-from tests.daemon.conftest import TEST_PROFILE
+from tests.daemon.conftest import TEST_PROFILE, completion, sim_daemon
 
 # the shared test profile with one sequence slot, deadlines at 4x the TTFT SLO, and 0.3 s for "voice"
 PROFILE = (TEST_PROFILE.replace("max_num_seqs = 4", "max_num_seqs = 1")
@@ -42,26 +39,17 @@ def test_deadlines_come_from_the_profile(tmp_path: Path) -> None:
 
 
 def test_a_request_without_a_first_token_at_its_deadline_is_shed_with_503_and_retry_after(tmp_path: Path) -> None:
-    from superinfer.daemon.server import Daemon
-
     cfg = config(tmp_path)
-    backend = SimBackend(cfg)
-    daemon = Daemon(cfg, backend)
-    daemon.store = ParamStore(cfg.params(), 256, cfg.tenants, tmp_path / "params.json", "test")
-    app = FastAPI()
-    backend.register_routes(app, daemon)
-
-    def body(tenant: str, n: int, stream: bool) -> dict:
-        return {"prompt": "x" * 400, "max_tokens": n, "stream": stream, "vllm_xargs": {"tenant": tenant}}
+    backend, daemon, app = sim_daemon(cfg, tmp_path)
 
     async def go():
         await backend.start(daemon)
         daemon.ready = True
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim", timeout=30) as c:
-            long = asyncio.create_task(c.post("/v1/completions", json=body("chat", 150, True)))
+            long = asyncio.create_task(c.post("/v1/completions", json=completion("chat", 150, True)))
             await asyncio.sleep(0.2)  # the chat request holds the one sequence slot
-            shed = await asyncio.gather(c.post("/v1/completions", json=body("voice", 5, True)),
-                                        c.post("/v1/completions", json=body("voice", 5, False)))
+            shed = await asyncio.gather(c.post("/v1/completions", json=completion("voice", 5, True)),
+                                        c.post("/v1/completions", json=completion("voice", 5, False)))
             done = await long
         doc = daemon.state()
         await backend.drain(1.0)

@@ -17,7 +17,7 @@ from superinfer.daemon.config import Config, resolve
 from superinfer.daemon.metrics import DaemonMetrics
 from superinfer.daemon.params import ParamStore
 from superinfer.daemon.stats import SloWindow
-from tests.daemon.conftest import TEST_PROFILE
+from tests.daemon.conftest import TEST_PROFILE, sim_daemon
 
 STATE_KEYS = {"queues", "kv", "transfer", "counters", "ranking", "rotation_events", "planner", "sim"}
 
@@ -144,11 +144,7 @@ def test_state_document_carries_the_slo_window(tmp_path):
     (tmp_path / "test.toml").write_text(TEST_PROFILE)
     cfg = resolve(None, profile_file=str(tmp_path / "test.toml"),
                   env={"XDG_CONFIG_HOME": str(tmp_path / "c"), "XDG_STATE_HOME": str(tmp_path / "s")})
-    backend = SimBackend(cfg)
-    daemon = Daemon(cfg, backend)
-    daemon.store = ParamStore(cfg.params(), 256, cfg.tenants, tmp_path / "params.json", "test")
-    app = FastAPI()
-    backend.register_routes(app, daemon)
+    backend, daemon, app = sim_daemon(cfg, tmp_path)
     sent = [("chat", 6)] * 3 + [("voice", 5)] * 3 + [("voice", 1)]
 
     async def go():

@@ -11,16 +11,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fastapi import FastAPI
 
 from superinfer.core import Tenant
-from superinfer.daemon.backends.sim import SimBackend
 from superinfer.daemon.metrics import DaemonMetrics
-from superinfer.daemon.params import ParamStore
 from superinfer.daemon.profiles import ProfileError
 from superinfer.daemon.stats import SloWindow
 from superinfer.daemon.tenant_limit import TenantLimit
-from tests.daemon.conftest import TEST_PROFILE
+from tests.daemon.conftest import TEST_PROFILE, completion, sim_daemon
 from tests.daemon.test_shedding_http import config
 
 # voice: at most 2 requests in flight; chat: no limit
@@ -56,29 +53,20 @@ def test_slots_are_held_per_tenant_and_given_back() -> None:
 
 
 def test_the_request_past_the_limit_gets_429_and_the_slot_comes_back(tmp_path: Path) -> None:
-    from superinfer.daemon.server import Daemon
-
     cfg = config(tmp_path, PROFILE)
-    backend = SimBackend(cfg)
-    daemon = Daemon(cfg, backend)
-    daemon.store = ParamStore(cfg.params(), 256, cfg.tenants, tmp_path / "params.json", "test")
-    app = FastAPI()
-    backend.register_routes(app, daemon)
-
-    def body(tenant: str, n: int, stream: bool) -> dict:
-        return {"prompt": "x" * 400, "max_tokens": n, "stream": stream, "vllm_xargs": {"tenant": tenant}}
+    backend, daemon, app = sim_daemon(cfg, tmp_path)
 
     async def go():
         await backend.start(daemon)
         daemon.ready = True
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim", timeout=60) as c:
             # two voice requests in flight (one streamed, one not), then a third and a chat request
-            held = [asyncio.create_task(c.post("/v1/completions", json=body("voice", 200, s))) for s in (True, False)]
+            held = [asyncio.create_task(c.post("/v1/completions", json=completion("voice", 200, s))) for s in (True, False)]
             await asyncio.sleep(0.3)
-            third, chat = await asyncio.gather(c.post("/v1/completions", json=body("voice", 5, False)),
-                                               c.post("/v1/completions", json=body("chat", 5, False)))
+            third, chat = await asyncio.gather(c.post("/v1/completions", json=completion("voice", 5, False)),
+                                               c.post("/v1/completions", json=completion("chat", 5, False)))
             done = await asyncio.gather(*held)
-            after = await c.post("/v1/completions", json=body("voice", 5, True))  # the slots came back
+            after = await c.post("/v1/completions", json=completion("voice", 5, True))  # the slots came back
         doc = daemon.state()
         await backend.drain(1.0)
         await backend.close()
