@@ -39,8 +39,7 @@ def start_daemon(state_dir: Path, profile: str, max_inflight: int = 100000) -> t
     env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERINFER_") and k != "NOTIFY_SOCKET"}
     cmd = [sys.executable, "-m", "superinfer.cli", "start", "--profile", profile, "--backend", "sim", "--port", "0",
            "--state-dir", str(state_dir), "--set", "sim.rps=0", "--set", f"engine.max_inflight={max_inflight}"]
-    return launch(cmd, state_dir, state_dir.parent / "daemon.log", env, cwd=REPO, ready_path="/healthz",
-                  timeout_s=90)
+    return launch(cmd, state_dir, state_dir.parent / "daemon.log", env, cwd=REPO, timeout_s=90)
 
 
 def _overloaded(r: httpx.Response) -> bool:

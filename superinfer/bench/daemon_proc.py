@@ -24,11 +24,11 @@ from typing import Any
 
 
 def launch(cmd: list[str], state_dir: Path, log_path: Path, env: dict[str, str], *, cwd: Path | None = None,
-           ready_path: str = "/v1/state", timeout_s: float = 600.0) -> tuple[subprocess.Popen, str]:
+           ready_path: str = "/healthz", timeout_s: float = 600.0) -> tuple[subprocess.Popen, str]:
     """Start ``cmd`` (a ``superinferd start`` with ``--state-dir state_dir --port 0``), its output to
     ``log_path``, in a session of its own as under systemd (the kernel's autogroup shares CPU between sessions
     first: the load generator's session is not the daemon's); return it and its URL once ``ready_path``
-    answers 200. Raises SystemExit when it exits or is not ready within ``timeout_s`` (then it is killed)."""
+    answers 200 (``/healthz``: serving, not starting). Raises SystemExit when it exits or is not ready within ``timeout_s`` (then it is killed)."""
     import httpx
 
     log = open(log_path, "w")
