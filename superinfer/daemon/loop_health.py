@@ -35,7 +35,10 @@ async def watch_loop_lag(observe: Callable[[float], None], every_s: float = LOOP
     while True:
         t0 = time.monotonic()
         await asyncio.sleep(every_s)
-        observe(max(0.0, time.monotonic() - t0 - every_s))
+        try:
+            observe(max(0.0, time.monotonic() - t0 - every_s))
+        except Exception:  # noqa: BLE001 - a metric's failure must not stop the heartbeat
+            log.exception("event-loop lag: observing failed")
         if beat is not None:
             beat()
 

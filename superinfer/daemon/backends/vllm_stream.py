@@ -82,10 +82,12 @@ class Head:
     def __init__(self, upstream: Any) -> None:
         self.upstream = upstream
         self.response: Any = None
+        self.started = False  # the reader has begun (before that, cancelling it touches no httpx code)
         self.opened = asyncio.Event()
         self.task = asyncio.ensure_future(self._read())
 
     async def _read(self) -> tuple[Any, AsyncIterator[str], list[str], bool]:
+        self.started = True
         self.response = await self.upstream.__aenter__()
         self.opened.set()
         lines = self.response.aiter_lines()
@@ -93,7 +95,11 @@ class Head:
 
     async def result(self, timeout_s: float) -> tuple[Any, AsyncIterator[str], list[str], bool]:
         """(response, its lines, the lines up to the first token, whether it ended without one); :class:`Shed`
-        when ``timeout_s`` passes first (``inf``: never); the engine's own errors as raised."""
+        when ``timeout_s`` passes first (``inf``: never); the engine's own errors as raised. A deadline
+        already past sheds before the request is sent to the engine at all."""
+        if timeout_s <= 0 and not self.started:
+            self.task.cancel()  # not begun: nothing of httpx has run, no connection is taken
+            raise Shed()
         done, _ = await asyncio.wait({self.task}, timeout=max(timeout_s, 0.0) if math.isfinite(timeout_s) else None)
         if not done:
             raise Shed()
@@ -104,8 +110,10 @@ class Head:
         background: once it is open, close its response; then collect the reader and the context."""
         async def close() -> None:
             opened = asyncio.ensure_future(self.opened.wait())
-            await asyncio.wait({opened, self.task}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({opened, self.task}, timeout=ABANDON_OPEN_S, return_when=asyncio.FIRST_COMPLETED)
             opened.cancel()
+            if not self.opened.is_set() and not self.task.done():
+                self.task.cancel()  # the engine never answered: the last resort, rare (its pool has room)
             if self.opened.is_set():
                 with contextlib.suppress(Exception):
                     await self.response.aclose()
@@ -119,6 +127,8 @@ class Head:
         task.add_done_callback(_BACKGROUND.discard)
 
 
+#: how long an abandoned engine stream may take to open before its reader is cancelled
+ABANDON_OPEN_S = 30.0
 #: tasks closing abandoned engine streams (referenced until done, as asyncio requires)
 _BACKGROUND: set[asyncio.Future] = set()
 
@@ -171,7 +181,11 @@ async def stream_completion(backend: Any, path: str, body: dict, tenant: str, t0
         return Response("\n".join(head) + "\n", status_code=r.status_code,
                         media_type=r.headers.get("content-type", "text/event-stream"))
 
+    relayed = False
+
     async def relay():
+        nonlocal relayed
+        relayed = True
         first = last = None
         ttft_ok: bool | None = None
         gaps: list[float] = []
@@ -219,4 +233,25 @@ async def stream_completion(backend: Any, path: str, body: dict, tenant: str, t0
                     tuner.finished(t0, tenant, ttft_ok, mean <= slo.tbt_slo, len(gaps) + (first is not None))
             backend._done(outcome, tenant)
 
-    return StreamingResponse(relay(), status_code=r.status_code, media_type="text/event-stream")
+    async def never_relayed() -> None:  # the client left before the first byte: relay()'s finally never ran
+        if not relayed:
+            await head_read.upstream.__aexit__(None, None, None)
+            backend._done("aborted", tenant)
+
+    return Relayed(relay(), never_relayed, status_code=r.status_code, media_type="text/event-stream")
+
+
+class Relayed(StreamingResponse):
+    """A StreamingResponse that runs ``cleanup`` when it is over, however it ended: a client that leaves before
+    the body's first step cancels Starlette's task group before the generator starts, and an unstarted
+    generator's ``finally`` never runs (the engine stream and the request's count would leak)."""
+
+    def __init__(self, content: Any, cleanup: Callable[[], Any], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._cleanup = cleanup
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._cleanup()
