@@ -130,7 +130,8 @@ class Walk:
     made to fit, it records that candidate as *blocked* and, if the blocked one is still ahead of its SLO
     (:func:`slo_slack` > 0), goes on admitting the later candidates that fit in the free blocks as they are
     (never taking a victim for them), until :data:`BACKFILL_SCAN` candidates were passed over or no block is
-    free; otherwise it stops there, as without backfill."""
+    free; otherwise it stops there, as without backfill. It backfills only while the running request that a
+    forced park would take next can afford one (:meth:`_next_victim_can_wait`)."""
 
     def __init__(self, ctx: Ctx, spec: PolicySpec, w: Work) -> None:
         self.ctx, self.spec, self.w = ctx, spec, w
@@ -146,11 +147,23 @@ class Walk:
     def _pass_over(self, c: int) -> bool:
         """``c`` cannot be made to fit: True to backfill past it, False to stop the walk here."""
         if self.blocked is None:
-            if not self.backfill or slo_slack(self.ctx, np.array([c]))[0] <= 0:
+            if not self.backfill or slo_slack(self.ctx, np.array([c]))[0] <= 0 or not self._next_victim_can_wait():
                 return False
             self.blocked = c
         self.passed += 1
         return self.passed <= BACKFILL_SCAN and self.w.free > 0
+
+    def _next_victim_can_wait(self) -> bool:
+        """Backfilled requests grow into the blocks running decodes need next, so backfill can force a running
+        request to park later. It is allowed only while the one a forced park would take next (the head of
+        the victim order) has the slack a discretionary victim needs (``slack_gate_s``): the same bar for
+        parking a request on purpose and for putting it at risk of a park. Without it, on the real CPU engine
+        under deep overload (64 blocks, TBT 10 ms, decodes banking well under a second), backfill filled the
+        blocks parked decodes were waiting for, forced ~9 of 10 parks and cost 46 pp of TBT attainment
+        (docs/measurements.md, 2026-12-05)."""
+        order = self.w.victim_order()
+        order = order[~self.w.victim[order]]
+        return order.shape[0] == 0 or bool(slo_slack(self.ctx, order[:1])[0] >= self.ctx.params.slack_gate_s)
 
     def run(self, rows: np.ndarray) -> str | None:
         """Walk ``rows``; returns ``"link"`` or ``"tokens"`` if it stopped at a candidate that needs a

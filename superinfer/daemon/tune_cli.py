@@ -16,6 +16,7 @@ import sys
 import click
 
 from superinfer.daemon.cli import EXIT_CONFIG, EXIT_FAIL, profile_file_opt, profile_opt, set_opt
+from superinfer.sim.options import start_s_option, with_start
 
 
 @click.command("tune")
@@ -25,6 +26,7 @@ from superinfer.daemon.cli import EXIT_CONFIG, EXIT_FAIL, profile_file_opt, prof
 @click.option("--scenario", default=None, help="A built-in phased scenario (shifting, shifting-alt, stationary) "
               "instead of the profile's traffic (its tenants then come with it).")
 @click.option("--workload", default=None, help="Workload (default: [sim] workload).")
+@start_s_option
 @click.option("--arrival", default=None, help="Arrivals (default: [sim] arrival).")
 @click.option("--rps", default=None, type=click.FloatRange(min=0, min_open=True), help="Rate (default: [sim] rps).")
 @click.option("--duration", default=180.0, show_default=True, type=click.FloatRange(min=1.0),
@@ -38,7 +40,7 @@ from superinfer.daemon.cli import EXIT_CONFIG, EXIT_FAIL, profile_file_opt, prof
               "a temporary journal with --jobs > 1).")
 @click.option("--study", "study_name", default="superinfer-tune", show_default=True, help="Study name in the storage.")
 @click.option("--json", "json_path", required=True, help="Write the arms file here ('-' for stdout).")
-def tune(profile, profile_file, sets, scenario, workload, arrival, rps, duration, model, hardware, trials, seeds,
+def tune(profile, profile_file, sets, scenario, workload, start_s, arrival, rps, duration, model, hardware, trials, seeds,
          jobs, storage, study_name, json_path) -> None:
     """Search the knobs offline on the twin; write the robust setting and per-phase arms."""
     from dataclasses import replace
@@ -63,7 +65,7 @@ def tune(profile, profile_file, sets, scenario, workload, arrival, rps, duration
         scn = SCENARIOS[scenario]
         scn = replace(scn, model=model or scn.model, hardware=hardware or scn.hardware)
     else:
-        wl = workload or g("sim", "workload")
+        wl = with_start(workload or g("sim", "workload"), start_s)
         rate = rps or g("sim", "rps")
         if not rate:
             raise click.BadParameter("the profile's [sim] rps is 0: give --rps", param_hint="--rps")

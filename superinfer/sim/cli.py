@@ -14,7 +14,7 @@ from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS, PARAM_DEFAULTS, Params
 from superinfer.sim.bench import RunSpec, grid, run_grid
 from superinfer.sim.engine import SIM_POLICIES
 from superinfer.sim.grounded import GPU_COSTS
-from superinfer.sim.options import positive_floats
+from superinfer.sim.options import positive_floats, start_s_option, with_start
 from superinfer.sim.metrics import summarise
 from superinfer.sim.workload import WorkloadError
 
@@ -78,8 +78,7 @@ def _knob_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--workload", default="chat", show_default=True,
               help="Trace path (azure/sharegpt/burstgpt/mooncake), servegen:DIR (production traffic per client), or "
                    "chat|code|sharegpt|lmsys|long-context|reasoning.")
-@click.option("--start-s", default=None, type=click.FloatRange(min=0),
-              help="servegen: the second of the day the replayed span starts at (default: the busiest window).")
+@start_s_option
 @click.option("--arrival", default="poisson", show_default=True, help="poisson | gamma:<b> | hawkes[:n[:decay]] | trace")
 @click.option("--model", default="llama-3-8b", show_default=True)
 @click.option("--hardware", default="gh200", show_default=True)
@@ -133,11 +132,7 @@ def bench_sim(**o: object) -> None:
         rps: list[float | None] = [None]
     else:
         rps = list(positive_floats(str(o["rps"]), "--rps"))
-    workload = str(o["workload"])
-    if o["start_s"] is not None:
-        if not workload.startswith("servegen:"):
-            raise click.BadParameter("only a servegen:DIR workload has a start in the day", param_hint="--start-s")
-        workload = f"{workload}@{o['start_s']:g}"
+    workload = str(with_start(str(o["workload"]), o["start_s"]))
     tenants, mix = _tenants(o["tenants"], float(o["ttft_slo"]), float(o["tbt_slo"]))  # type: ignore[arg-type]
     if o["max_queue_s"] is not None:
         tenants = TenantTable([replace(t, max_queue_s=float(o["max_queue_s"])) for t in tenants.tenants])

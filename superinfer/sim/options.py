@@ -25,3 +25,20 @@ def positive_floats(value: str, name: str) -> list[float]:
 def positive_ints(value: str, name: str) -> list[int]:
     """``"1,2,4"`` -> ``[1, 2, 4]``; a click usage error naming ``name`` otherwise."""
     return _positive(value, name, int, "integers")
+
+
+def start_s_option(f: Callable) -> Callable:
+    """``--start-s``: where in the day a ``servegen:DIR`` workload's replayed span starts."""
+    return click.option("--start-s", default=None, type=click.FloatRange(min=0),
+                        help="servegen: the second of the day the replayed span starts at "
+                             "(default: the busiest window).")(f)
+
+
+def with_start(workload: str | None, start_s: float | None) -> str | None:
+    """``servegen:DIR`` and ``--start-s S`` -> ``servegen:DIR@S``; a click usage error for ``--start-s`` with any
+    other workload; the workload unchanged without ``--start-s``."""
+    if start_s is None:
+        return workload
+    if not workload or not workload.startswith("servegen:"):
+        raise click.BadParameter("only a servegen:DIR workload has a start in the day", param_hint="--start-s")
+    return f"{workload}@{start_s:g}"

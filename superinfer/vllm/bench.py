@@ -37,6 +37,7 @@ from superinfer.vllm.bench_paired import (end_capacity, paired_results, parse_pa
                                           run_interleaved, start_capacity)
 from superinfer.vllm.bench_text import echo_summary
 from superinfer.vllm.hostload import HostLoad, rt_throttle
+from superinfer.sim.options import start_s_option, with_start
 
 #: RotaScheduler's sums of its plans' wall time against the live requests (``RotaScheduler._time_plan``)
 PLAN_SUMS = ("plan_timed", "plan_ns", "plan_live", "plan_live_sq", "plan_ns_x_live")
@@ -127,7 +128,7 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
     from superinfer.vllm import kvworker
     from superinfer.vllm.replay import ROTA_POLICIES, EngineSpec, open_engine, replay, scheduler_of, to_trace
 
-    w, arr, prompt, output, prompts = _requests(o["workload"], o["arrival"], o["rps"], o["duration"], seed,
+    w, arr, prompt, output, prompts = _requests(_workload(o), o["arrival"], o["rps"], o["duration"], seed,
                                                o["max_model_len"])
     ttft_slo, tbt_slo = slo
     params = {"ttft_slo": ttft_slo, "tbt_slo": tbt_slo, "alpha": o["alpha"], "delta_b": o["delta_b"],
@@ -222,10 +223,17 @@ def engine_options(f: Any) -> Any:
     return f
 
 
+def _workload(o: dict) -> str:
+    """The workload spec, with ``--start-s`` where the command has it."""
+    return str(with_start(o["workload"], o.get("start_s")))
+
+
 _ENGINE_OPTIONS = [
     click.option("--model", "model_dir", default=None, type=click.Path(file_okay=False), help="Model directory."),
     click.option("--build-tiny", default=None, type=click.Path(file_okay=False), help="Build the tiny Llama here and use it."),
-    click.option("--workload", default="chat", show_default=True, help="Trace path or chat|code|long-context (as bench sim)."),
+    click.option("--workload", default="chat", show_default=True,
+                 help="Trace path, servegen:DIR or chat|code|long-context|reasoning (as bench sim)."),
+    start_s_option,
     click.option("--arrival", default="poisson", show_default=True, help="poisson | gamma:<b> | hawkes[:n[:decay]] | trace"),
     click.option("--rps", default=4.0, show_default=True, type=click.FloatRange(min=0, min_open=True)),
     click.option("--duration", default=30.0, show_default=True, type=click.FloatRange(min=1.0), help="Seconds of arrivals."),
@@ -271,6 +279,7 @@ def prepare(o: dict[str, Any], workdir: Path) -> tuple[list[str], tuple[float, f
 
     if (o["model_dir"] is None) == (o["build_tiny"] is None):
         raise click.UsageError("give exactly one of --model DIR or --build-tiny DIR")
+    _workload(o)  # a bad --start-s fails here, before any engine starts
     policies = [p.strip() for p in str(o["policies"]).split(",") if p.strip()]
     bad = [p for p in policies if p not in ENGINE_POLICIES]
     if bad or not policies:
@@ -295,7 +304,7 @@ def prepare(o: dict[str, Any], workdir: Path) -> tuple[list[str], tuple[float, f
         import torch
 
         torch.set_num_threads(int(o["threads"]))
-    _, _, prompt, output, _ = _requests(o["workload"], o["arrival"], o["rps"], o["duration"], 0, o["max_model_len"])
+    _, _, prompt, output, _ = _requests(_workload(o), o["arrival"], o["rps"], o["duration"], 0, o["max_model_len"])
     measured = None
     if o["ttft_slo"] is None or o["tbt_slo"] is None:
         engine_kw = dict(model=o["model"], num_blocks=max(o["num_blocks"], 256), block_size=o["block_size"],
@@ -347,7 +356,7 @@ def bench_vllm(**o: Any) -> None:
         if o["save_trace"]:
             from superinfer.vllm.replay import write_mooncake
 
-            _, arr, prompt, output, _ = _requests(o["workload"], o["arrival"], loads[0][1], o["duration"], 0,
+            _, arr, prompt, output, _ = _requests(_workload(o), o["arrival"], loads[0][1], o["duration"], 0,
                                                   o["max_model_len"])
             write_mooncake(Path(o["save_trace"]), arr, prompt, output)
         # Per seed, per load, every policy on the same requests, the order rotated by seed and load (no policy

@@ -1,5 +1,6 @@
 """RotaSched v2's backfill: when the candidate LVF serves next cannot be made to fit, later candidates that
-fit in the free blocks are admitted while the one passed over is still ahead of its SLO."""
+fit in the free blocks are admitted while the one passed over is still ahead of its SLO and the running
+request a forced park would take next has the slack of a discretionary victim (``slack_gate_s``)."""
 
 from dataclasses import replace
 
@@ -15,12 +16,15 @@ NOW = 100.0
 ON, OFF = Params(backfill=1), Params(backfill=0)
 
 
-def blocked_by_a_parked_request(t_last: float):
+def blocked_by_a_parked_request(t_last: float, running_outputs: int = 50):
     """A parked request of 12 blocks ranks first (parked longest); 8 blocks are free; a short new prompt
-    of 2 blocks waits behind it. The running request is too fresh to be a discretionary victim."""
+    of 2 blocks waits behind it. The running request was loaded back an iteration ago, too recently to be a
+    discretionary victim (``min_residency``); with 50
+    outputs in 1 s at a 0.1 s TBT budget it has banked 3.9 s of slack (``slack_gate_s`` is 3 s)."""
     big = rotary(1, tokens=12 * BS - 1, t_arr=NOW - 4, t_last=t_last, outputs=50, t_first=NOW - 3)
     small = waiting(2, prompt=2 * BS - 1, t_arr=NOW - 0.01)
-    fresh = running(3, tokens=4 * BS - 1, t_arr=NOW - 1, t_run=NOW - 0.5, outputs=2, t_first=NOW - 0.9)
+    fresh = running(3, tokens=4 * BS - 1, t_arr=NOW - 1.2, t_run=NOW - 0.5, outputs=running_outputs,
+                    t_first=NOW - 1.0, residency=1)
     return state(big, small, fresh, free=8)
 
 
@@ -43,6 +47,16 @@ def test_no_backfill_once_the_request_passed_over_is_behind_its_slo() -> None:
 
     p = get_policy("lvf").plan(s, c, ON, TenantTable([late]), NOW)
     assert 2 not in admitted(p), "it keeps the head of the line"
+
+
+def test_no_backfill_while_the_next_forced_victim_cannot_afford_a_park() -> None:
+    """The small request would grow into blocks the running one needs next; with 20 outputs in 1 s the
+    running one has banked 0.9 s, less than ``slack_gate_s``, so nothing is backfilled; with the gate off
+    (-3600) or lowered below its slack, it is."""
+    s, c = blocked_by_a_parked_request(t_last=NOW - 1.0, running_outputs=20)
+    assert 2 not in admitted(get_policy("lvf").plan(s, c, ON, TENANTS, NOW))
+    for gate in (-3600.0, 0.5):
+        assert 2 in admitted(get_policy("lvf").plan(s, c, replace(ON, slack_gate_s=gate), TENANTS, NOW))
 
 
 def test_lvf_paper_never_backfills() -> None:

@@ -136,3 +136,32 @@ def test_the_shipped_deepseek_r1_clients() -> None:
     w = load_workload(f"servegen:{SHARED}", rps=3.0, duration_s=600.0, seed=0)
     assert 600 < len(w.arrival_s) < 6000  # bursty clients: the count varies, the order of magnitude does not
     assert np.median(w.output_tokens) > 300 and w.output_tokens.max() > 4000  # long reasoning outputs
+
+
+def test_start_s_is_one_option_for_every_command_that_replays(tmp_path: Path) -> None:
+    """``--start-s S`` turns ``servegen:DIR`` into ``servegen:DIR@S`` in ``bench sim``, ``bench vllm`` and
+    ``tune``; with any other workload it is a usage error (exit 2) before anything is built or run."""
+    from click.testing import CliRunner
+
+    from superinfer.cli import main
+    from superinfer.sim.options import with_start
+
+    d = two_clients(tmp_path / "sg")
+    assert with_start(f"servegen:{d}", 600.0) == f"servegen:{d}@600" and with_start("chat", None) == "chat"
+
+    def sim(*workload: str) -> dict:
+        out = tmp_path / "sim.json"
+        r = CliRunner().invoke(main, ["bench", "sim", *workload, "--rps", "1", "--duration", "30", "--policies",
+                                      "vllm", "--seeds", "1", "--json", str(out)])
+        assert r.exit_code == 0, r.output
+        run = json.loads(out.read_text())["runs"][0]
+        return {k: run[k] for k in ("arrived", "iterations", "makespan_s")}
+
+    at_1200 = sim("--workload", f"servegen:{d}", "--start-s", "1200")
+    assert at_1200 == sim("--workload", f"servegen:{d}@1200")
+    assert at_1200 != sim("--workload", f"servegen:{d}"), "the busiest window (0 s) is other traffic"
+    model = tmp_path / "never-built"
+    for args in (["bench", "sim"], ["bench", "vllm", "--build-tiny", str(model)], ["tune", "--rps", "1", "--json", "-"]):
+        r = CliRunner().invoke(main, [*args, "--workload", "chat", "--start-s", "5"])
+        assert r.exit_code == 2 and "only a servegen:DIR workload has a start in the day" in r.output, (args, r.output)
+    assert not model.exists()
