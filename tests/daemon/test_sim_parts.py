@@ -174,7 +174,7 @@ def test_recorder_counts_what_the_twin_counts(policy):
 
 #: SLOs under which, on this workload, TTFT and TBT fail different requests (chat: a lax TTFT and a tight
 #: TBT; voice: the reverse), so "both" differs from each
-SPLIT_TENANTS = [Tenant("chat", 30.0, 0.02), Tenant("voice", 1.0, 0.05, 4.0)]
+SPLIT_TENANTS = [Tenant("chat", 30.0, 0.015), Tenant("voice", 1.0, 0.05, 4.0)]
 
 
 @pytest.mark.parametrize("policy", ["lvf", "vllm-offload", "vllm"])
