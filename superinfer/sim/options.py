@@ -37,8 +37,10 @@ def start_s_option(f: Callable) -> Callable:
 def with_start(workload: str | None, start_s: float | None) -> str | None:
     """``servegen:DIR`` and ``--start-s S`` -> ``servegen:DIR@S``; a click usage error for ``--start-s`` with any
     other workload; the workload unchanged without ``--start-s``."""
+    from superinfer.sim.workload.servegen import PREFIX
+
     if start_s is None:
         return workload
-    if not workload or not workload.startswith("servegen:"):
+    if not workload or not workload.startswith(PREFIX):
         raise click.BadParameter("only a servegen:DIR workload has a start in the day", param_hint="--start-s")
     return f"{workload}@{start_s:g}"

@@ -33,11 +33,11 @@ import numpy as np
 from click.core import ParameterSource
 
 from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS
+from superinfer.sim.options import start_s_option, with_start
 from superinfer.vllm.bench_paired import (end_capacity, paired_results, parse_pairs, parse_shares,
                                           run_interleaved, start_capacity)
 from superinfer.vllm.bench_text import echo_summary
 from superinfer.vllm.hostload import HostLoad, rt_throttle
-from superinfer.sim.options import start_s_option, with_start
 
 #: RotaScheduler's sums of its plans' wall time against the live requests (``RotaScheduler._time_plan``)
 PLAN_SUMS = ("plan_timed", "plan_ns", "plan_live", "plan_live_sq", "plan_ns_x_live")

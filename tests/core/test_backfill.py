@@ -19,8 +19,8 @@ ON, OFF = Params(backfill=1), Params(backfill=0)
 def blocked_by_a_parked_request(t_last: float, running_outputs: int = 50):
     """A parked request of 12 blocks ranks first (parked longest); 8 blocks are free; a short new prompt
     of 2 blocks waits behind it. The running request was loaded back an iteration ago, too recently to be a
-    discretionary victim (``min_residency``); with 50
-    outputs in 1 s at a 0.1 s TBT budget it has banked 3.9 s of slack (``slack_gate_s`` is 3 s)."""
+    discretionary victim (``min_residency``); with 50 outputs in 1 s at a 0.1 s TBT budget it has banked
+    3.9 s of slack (``slack_gate_s`` is 3 s)."""
     big = rotary(1, tokens=12 * BS - 1, t_arr=NOW - 4, t_last=t_last, outputs=50, t_first=NOW - 3)
     small = waiting(2, prompt=2 * BS - 1, t_arr=NOW - 0.01)
     fresh = running(3, tokens=4 * BS - 1, t_arr=NOW - 1.2, t_run=NOW - 0.5, outputs=running_outputs,
