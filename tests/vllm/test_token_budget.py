@@ -50,10 +50,29 @@ def _warm_up(eng: Any, sp: Any) -> None:
         eng.step()
 
 
+def _slo_from_fit(sched: Any, pf: Path) -> float:
+    """A TBT SLO for this host's speed, from the online fit: the step target sits halfway between two decodes
+    alone and a :data:`MAX_STRETCH`-th of two decodes beside both 400-token prompts, so some prefill fits beside
+    the decodes and, however much slack they bank, not both whole prompts (a fixed SLO sat below the decodes
+    alone on a slow day, so no prompt could start beside them)."""
+    from superinfer.vllm.params import write_params
+
+    fit = sched.step_fit.coefficients
+    alone = fit.iteration_s(0, 0, 2, 100)
+    both = fit.iteration_s(800, 400 * 401, 2, 100) / budget_mod.MAX_STRETCH
+    if not both > alone > 0:
+        raise AssertionError(f"the online fit prices two prompts below {budget_mod.MAX_STRETCH} x two decodes "
+                             f"alone: {both} s against {alone} s")
+    tbt = (alone + both) / 2 / SHARE
+    write_params(pf, {"tbt_slo": tbt, "ttft_slo": 1.0, "step_slo_share": SHARE})
+    sched.param_source.poll(force=True)
+    return tbt
+
+
 def _drive(engine_cm: Callable[..., Any], tiny_model: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch, *,
            policy: str, calibration: Path | None, warm_up: bool = False) -> dict[str, Any]:
     """Two requests decode, then two 400-token prompts arrive; record each step's budget and tokens (after
-    mixed traffic that teaches the online fit, if ``warm_up``)."""
+    mixed traffic that teaches the online fit, and with a TBT SLO set from that fit, if ``warm_up``)."""
     from vllm import SamplingParams
 
     from superinfer.vllm.params import write_params
@@ -72,6 +91,7 @@ def _drive(engine_cm: Callable[..., Any], tiny_model: Path, tmp: Path, monkeypat
         sched = eng.engine_core.engine_core.scheduler
         if warm_up:
             _warm_up(eng, SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True))
+            _slo_from_fit(sched, pf)
             sched.stats.clear()
         budget_of, schedule = sched._token_budget, sched.schedule
         seen: list[int] = []
@@ -152,7 +172,7 @@ def test_the_online_fit_cuts_prefill_chunks_without_a_calibration_file(
     cut = [(t, d, target) for b, t, d, target in run["steps"] if b < MAX_BATCHED and t > d]
     assert all(model.iteration_s(t - d, 0, d, 0) <= 1.5 * target for t, d, target in cut)
     budget, tokens, decodes, _ = _first_prompt_step(run["steps"])
-    assert budget < MAX_BATCHED and tokens - decodes < 400, "the prompts were cut when they arrived"
+    assert budget < MAX_BATCHED and tokens - decodes < 800, "the prompts were cut when they arrived"
 
 
 def test_before_a_fit_or_for_lvf_paper_vllm_keeps_its_budget(engine_cm: Callable[..., Any], tiny_model: Path,
