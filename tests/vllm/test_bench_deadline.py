@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-DEADLINE_S = 0.1
+DEADLINE_S = 0.3  # a cold first step on a loaded 2-core host once took longer than 0.1 s: all shed
 
 
 def test_deadline_sheds_the_burst_and_loses_nothing(tiny_model: Path, vllm_ok: None, tmp_path: Path,
