@@ -50,23 +50,25 @@ def _warm_up(eng: Any, sp: Any) -> None:
         eng.step()
 
 
-def _slo_from_fit(sched: Any, pf: Path) -> float:
+def _write_slo(pf: Path, tbt_slo: float) -> None:
+    from superinfer.vllm.params import write_params
+
+    write_params(pf, {"tbt_slo": tbt_slo, "ttft_slo": 1.0, "step_slo_share": SHARE})
+
+
+def _slo_from_fit(sched: Any, pf: Path) -> None:
     """A TBT SLO for this host's speed, from the online fit: the step target sits halfway between two decodes
     alone and a :data:`MAX_STRETCH`-th of two decodes beside both 400-token prompts, so some prefill fits beside
     the decodes and, however much slack they bank, not both whole prompts (a fixed SLO sat below the decodes
     alone on a slow day, so no prompt could start beside them)."""
-    from superinfer.vllm.params import write_params
-
     fit = sched.step_fit.coefficients
     alone = fit.iteration_s(0, 0, 2, 100)
     both = fit.iteration_s(800, 400 * 401, 2, 100) / budget_mod.MAX_STRETCH
     if not both > alone > 0:
         raise AssertionError(f"the online fit prices two prompts below {budget_mod.MAX_STRETCH} x two decodes "
                              f"alone: {both} s against {alone} s")
-    tbt = (alone + both) / 2 / SHARE
-    write_params(pf, {"tbt_slo": tbt, "ttft_slo": 1.0, "step_slo_share": SHARE})
+    _write_slo(pf, (alone + both) / 2 / SHARE)
     sched.param_source.poll(force=True)
-    return tbt
 
 
 def _drive(engine_cm: Callable[..., Any], tiny_model: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch, *,
@@ -75,10 +77,8 @@ def _drive(engine_cm: Callable[..., Any], tiny_model: Path, tmp: Path, monkeypat
     mixed traffic that teaches the online fit, and with a TBT SLO set from that fit, if ``warm_up``)."""
     from vllm import SamplingParams
 
-    from superinfer.vllm.params import write_params
-
     pf = tmp / f"params-{policy}.json"
-    write_params(pf, {"tbt_slo": TBT_SLO, "ttft_slo": 1.0, "step_slo_share": SHARE})
+    _write_slo(pf, TBT_SLO)
     extra: dict[str, Any] = {"params_file": str(pf), "policy": policy, "host_blocks": 256}
     if calibration is not None:
         extra["calibration"] = str(calibration)
