@@ -201,3 +201,24 @@ def test_no_source_file_over_the_limit() -> None:
     if long:
         pytest.fail(f"source files over {MAX_LINES} lines:\n"
                     + "\n".join(f"  {p}: {n} lines" for p, n in long.items()), pytrace=False)
+
+
+#: what vLLM loads: the plugin's scheduler and connector and the modules they import (``superinfer.vllm``'s
+#: ``__init__`` resolves the class paths; compat checks the vLLM version)
+PLUGIN_MODULES = frozenset({"__init__", "scheduler", "connector", "kvworker", "kvmeta", "ledger", "params", "tenants",
+                            "stats", "stepfit", "steplog", "compat"})
+
+
+def test_vllm_holds_only_the_plugin() -> None:
+    """``superinfer/vllm/`` is the folder vLLM loads (``--scheduler-cls superinfer.vllm.RotaScheduler``,
+    ``kv_connector_module_path: superinfer.vllm``): it holds the plugin and nothing else. Measurement (the
+    engine benchmark, calibration, the tiny test model, twin fidelity) lives in ``superinfer/bench/``. A new
+    plugin module is added to :data:`PLUGIN_MODULES` on purpose; anything else belongs elsewhere."""
+    folder = ROOT / PACKAGE / "vllm"
+    found = {p.stem for p in folder.glob("*.py")}
+    extra = sorted(found - PLUGIN_MODULES)
+    subpackages = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name != "__pycache__")
+    if extra or subpackages:
+        pytest.fail(f"superinfer/vllm/ holds modules outside the plugin's allow-list: {extra + subpackages}; "
+                    "measurement tools belong in superinfer/bench/ (or add a plugin module to PLUGIN_MODULES)",
+                    pytrace=False)

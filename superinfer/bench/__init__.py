@@ -1,1 +1,3 @@
-"""Benchmarks behind `superinferd bench ...` that are not owned by one subsystem."""
+"""Benchmarks and measurement tools behind `superinferd bench ...` and `superinferd calibrate` that are not
+part of a subsystem's runtime: sched (and sched_vllm), engine/ (the real-engine benchmark), fidelity/ (the
+twin against the engine), costmodel/ (the twin against GPU profiles)."""

@@ -123,8 +123,8 @@ def _sizes(value: str) -> list[int]:
               help="Instead: time RotaScheduler.schedule() against vLLM's Scheduler.schedule() (needs vLLM).")
 def bench_sched(sizes: str, policy: str, repeats: int, as_json: bool, output: str | None, vs_vllm: bool) -> None:
     """Time one planning iteration (mixed phases, memory pressure on)."""
-    if vs_vllm:  # --- vLLM plugin overhead (superinfer.vllm.bench_sched); owned by the vLLM issue ---
-        from superinfer.vllm.bench_sched import bench_vllm_schedule
+    if vs_vllm:  # --- vLLM plugin overhead (superinfer.bench.sched_vllm); owned by the vLLM issue ---
+        from superinfer.bench.sched_vllm import bench_vllm_schedule
 
         vres = bench_vllm_schedule(repeats=min(repeats, 25))
         text = json.dumps(vres, indent=2)

@@ -41,7 +41,7 @@ class HostCosts:
       *replace* the cost model's copy pricing for the step;
     * ``resume_s``: per request a step starts swapping in (resumes), beyond the connector's load: on the
       vLLM plugin, the engine's own work to bring a preempted request back (``host_resume``, measured on the
-      plugin's steps, :mod:`superinfer.vllm.fidelity_steps`).
+      plugin's steps, :mod:`superinfer.bench.fidelity.steps`).
     """
 
     step_s: float = 0.0

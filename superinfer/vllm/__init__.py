@@ -5,7 +5,9 @@ Class paths: ``--scheduler-cls superinfer.vllm.RotaScheduler`` and ``--kv-transf
 "kv_both"}'``. Importing this package is cheap: vLLM is imported only when one of those names is
 accessed (PEP 562), and then the installed vLLM version is checked first
 (:func:`superinfer.vllm.compat.check_vllm_version`; an unsupported build raises ImportError).
-``superinfer.vllm.tiny`` builds a tiny test model; see docs/vllm-plugin.md.
+This package holds only what vLLM loads; the tools that measure it (``bench vllm``, ``bench fidelity``,
+``calibrate``, the tiny test model ``superinfer.bench.engine.tiny``) live in ``superinfer.bench``; see
+docs/vllm-plugin.md.
 """
 
 from __future__ import annotations

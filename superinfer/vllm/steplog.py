@@ -5,7 +5,7 @@ one row per ``schedule()`` call, each with the wall
 time to the next call (the whole engine step: scheduler, forward, output processing, the serving loop) and what
 the step held: requests and tokens scheduled, their KV context, resumes, the connector's parks, loads and syncs
 (counts and blocks), whether the plugin planned, live and waiting requests, requests added since the last step.
-:mod:`superinfer.vllm.fidelity_steps` prices each step as the twin would and compares what is left.
+:mod:`superinfer.bench.fidelity.steps` prices each step as the twin would and compares what is left.
 """
 
 from __future__ import annotations

@@ -84,13 +84,13 @@ def test_knob_lists_come_from_the_core() -> None:
 def test_every_core_knob_is_accepted_by_every_surface(key: str, tmp_path: Path) -> None:
     """Profile schema, env/--set, Config.params, PUT validation, the store and its params file, the
     plugin's parser, the /metrics gauge, the PUT body schema, state.json, and the bench options."""
+    from superinfer.bench.engine.run import bench_vllm
     from superinfer.daemon.api import PARAMS_UPDATE_SCHEMA
     from superinfer.daemon.config import resolve
     from superinfer.daemon.metrics import DaemonMetrics
     from superinfer.daemon.schema import SCHEMA
     from superinfer.daemon.startup import initial_params, persist
     from superinfer.sim.cli import bench_sim
-    from superinfer.vllm.bench import bench_vllm
     from superinfer.vllm.params import parse_params
 
     lo, hi = PARAM_BOUNDS[key]

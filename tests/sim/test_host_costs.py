@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from superinfer.bench.fidelity.host import plan_line
+from superinfer.bench.fidelity.twin import probe_reference, scaled, speed_factor
 from superinfer.core import Params, Phase, Tenant, TenantTable
 from superinfer.sim.calibration import Calibration, Coefficients, TransferCalibration
 from superinfer.sim.costmodel import CostModel
@@ -18,8 +20,6 @@ from superinfer.sim.engine import HostCosts, SimConfig, Simulator
 from superinfer.sim.hardware import get_hardware
 from superinfer.sim.models import get_model
 from superinfer.sim.workload import Workload
-from superinfer.vllm.fidelity_host import plan_line
-from superinfer.vllm.fidelity_twin import probe_reference, scaled, speed_factor
 
 COEF = Coefficients(overhead_s=2e-3, per_prefill_token_s=1e-5, per_prefill_attn_pair_s=1e-8, per_decode_seq_s=3e-5,
                     per_kv_token_s=6e-8)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from superinfer.vllm.replay import owned_llm
+from superinfer.bench.engine.replay import owned_llm
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -193,7 +193,7 @@ def ample_run(run_vllm: Callable[..., EngineRun], tiny_model: Path) -> EngineRun
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Llama built once per session, with no network."""
-    from superinfer.vllm.tiny import build_tiny_llama
+    from superinfer.bench.engine.tiny import build_tiny_llama
 
     with _env(VLLM_TEST_ENV):
         return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), seed=0)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from superinfer.vllm.bench import instrument_stock
-from superinfer.vllm.hostload import HostLoad
+from superinfer.bench.engine.hostload import HostLoad
+from superinfer.bench.engine.run import instrument_stock
 
 
 class FakeScheduler:
@@ -59,7 +59,7 @@ def test_host_load_reports_shares_in_range() -> None:
 
 
 def test_counter_means_take_dict_valued_and_missing_counters_without_failing() -> None:
-    from superinfer.vllm.bench import counters_mean
+    from superinfer.bench.engine.run import counters_mean
 
     runs = [{"policy": "lvf", "engine_counters": {"parks": 10, "refused": {"blocks": 2, "budget": 4}, "note": None}},
             {"policy": "lvf", "engine_counters": {"parks": 20, "refused": {"blocks": 4}}},
@@ -76,8 +76,8 @@ def test_bench_vllm_writes_each_run_as_it_finishes_and_keeps_the_runs_when_the_s
 
     from click.testing import CliRunner
 
+    from superinfer.bench.engine import run as bench
     from superinfer.sim import metrics
-    from superinfer.vllm import bench
 
     done = []
 

@@ -16,8 +16,8 @@ DEADLINE_S = 0.3  # a cold first step on a loaded 2-core host once took longer t
 
 def test_deadline_sheds_the_burst_and_loses_nothing(tiny_model: Path, vllm_ok: None, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from superinfer.vllm.bench import bench_vllm
-    from superinfer.vllm.replay import ENGINE_ENV
+    from superinfer.bench.engine.replay import ENGINE_ENV
+    from superinfer.bench.engine.run import bench_vllm
 
     for k, v in ENGINE_ENV.items():  # open_engine sets them for good; restored after this test
         monkeypatch.setenv(k, v)

@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from superinfer.bench.engine.paired import (paired_difference, paired_ratio, paired_results, parse_pairs,
+                                            run_interleaved, run_order)
 from superinfer.sim.metrics import t_interval
-from superinfer.vllm.bench_paired import (paired_difference, paired_ratio, paired_results, parse_pairs,
-                                          run_interleaved, run_order)
 
 unit = st.floats(0.0, 1.0, allow_nan=False)
 rate = st.floats(1.0, 1e4, allow_nan=False)
@@ -126,7 +126,7 @@ def test_run_order_rotates_with_seed_and_load_and_runs_are_written_as_they_finis
     (["--pairs", "lvf:nope"], "not among --policies"),
 ])
 def test_bad_shares_are_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
-    from superinfer.vllm.bench import bench_vllm
+    from superinfer.bench.engine.run import bench_vllm
 
     r = CliRunner().invoke(bench_vllm, ["--build-tiny", str(tmp_path / "m"), *args])
     assert r.exit_code == 2 and message in r.output, r.output
@@ -138,8 +138,8 @@ def test_capacity_share_on_the_real_engine(tiny_model: Path, vllm_ok: None, tmp_
     """Capacity at the start and the end, two seeds at it, lvf paired with vllm. Short requests (lmsys in 64
     tokens: ~25 output tokens each) keep it under a minute on two shared cores; at share 1 for 6 s a seed
     gets several arrivals even on a slow host (a seed with none would have no throughput to take a ratio of)."""
-    from superinfer.vllm.bench import bench_vllm
-    from superinfer.vllm.replay import ENGINE_ENV
+    from superinfer.bench.engine.replay import ENGINE_ENV
+    from superinfer.bench.engine.run import bench_vllm
 
     for k, v in ENGINE_ENV.items():  # open_engine sets them for good; restored after this test
         monkeypatch.setenv(k, v)

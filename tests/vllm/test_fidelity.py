@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from superinfer.vllm.fidelity_twin import LEFT_OUT, TERMS, errors
+from superinfer.bench.fidelity.twin import LEFT_OUT, TERMS, errors
 
 pytest.importorskip("vllm")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from superinfer.vllm.fidelity_report import pooled_side, real_values, summarise_fidelity
-from superinfer.vllm.fidelity_twin import errors, percentiles
+from superinfer.bench.fidelity.report import pooled_side, real_values, summarise_fidelity
+from superinfer.bench.fidelity.twin import errors, percentiles
 
 
 def _fields(ttft: list[float], tbt: list[float], outputs: int = 5) -> dict[str, np.ndarray]:

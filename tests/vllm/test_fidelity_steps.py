@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from superinfer.bench.fidelity.steps import (MIN_CELL, MIN_SPEED_STEPS, MIN_STEPS, predicted_s, quiet_cells,
+                                             resume_line, run_speed, waiting_line)
 from superinfer.core import Params, Tenant, TenantTable
 from superinfer.sim.calibration import Coefficients
 from superinfer.sim.host import HostCosts
-from superinfer.vllm.fidelity_steps import (MIN_CELL, MIN_SPEED_STEPS, MIN_STEPS, predicted_s, quiet_cells,
-                                            resume_line, run_speed, waiting_line)
 from superinfer.vllm.steplog import COLUMNS, StepLog, attach_stock
 
 COEF = Coefficients(overhead_s=1.5e-3, per_decode_seq_s=1e-4, per_kv_token_s=1e-7)
@@ -192,9 +192,9 @@ def test_a_stock_scheduler_records_its_steps_and_arrivals():
 def test_the_twin_charges_each_swap_in_it_starts():
     """The same rotating run with ``resume_s`` takes longer by that time per swap-in, and no longer without
     swap-ins (stock vLLM)."""
+    from superinfer.bench.fidelity.twin import cost_model
     from superinfer.sim.engine import SimConfig, Simulator
     from superinfer.sim.workload import Workload
-    from superinfer.vllm.fidelity_twin import cost_model
 
     rng = np.random.default_rng(0)
     n = 40

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from superinfer.vllm import fidelity_wake as fw
+from superinfer.bench.fidelity import wake as fw
 
 
 class _Engine:

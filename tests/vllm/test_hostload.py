@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from superinfer.vllm.hostload import rt_throttle
+from superinfer.bench.engine.hostload import rt_throttle
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_FIFO"), reason="Linux scheduling policies")
 

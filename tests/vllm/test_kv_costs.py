@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("vllm")
 torch = pytest.importorskip("torch")
 
-from superinfer.vllm.fidelity_host import kv_lines  # noqa: E402
+from superinfer.bench.fidelity.host import kv_lines  # noqa: E402
 from superinfer.vllm.kvworker import KV_KINDS, KVWorker  # noqa: E402
 from superinfer.vllm.ledger import HostLedger  # noqa: E402
 

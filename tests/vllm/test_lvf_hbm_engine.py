@@ -1,6 +1,6 @@
 """``lvf-hbm`` in the plugin on the real CPU engine (issue 27): RotaScheduler with the ``lvf`` core policy and
 no DuplexKV connector, so every victim under KV pressure is recomputed, configured exactly as ``bench vllm``
-configures it (``superinfer.vllm.replay.open_engine``), and leaving no setting behind for the next engine."""
+configures it (``superinfer.bench.engine.replay.open_engine``), and leaving no setting behind for the next engine."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ def test_lvf_hbm_recomputes_every_victim_and_finishes_everything(vllm_ok: None, 
                                                                  prompts_for: Callable[[int], list[str]]) -> None:
     from vllm import SamplingParams
 
+    from superinfer.bench.engine.replay import EngineSpec, open_engine, scheduler_of
     from superinfer.vllm import RotaScheduler
-    from superinfer.vllm.replay import EngineSpec, open_engine, scheduler_of
 
     spec = EngineSpec(model=str(tiny_model), policy="lvf-hbm", num_blocks=32, max_model_len=512,
                       params={"ttft_slo": 0.05, "tbt_slo": 0.02, "min_residency": 2})

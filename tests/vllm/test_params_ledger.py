@@ -102,7 +102,7 @@ def test_v2_knobs_reload_and_keep_last_good(tmp_path: Path) -> None:
 def test_bench_vllm_has_an_option_for_every_knob() -> None:
     from click.testing import CliRunner
 
-    from superinfer.vllm.bench import bench_vllm
+    from superinfer.bench.engine.run import bench_vllm
 
     opts = {p.name: p for p in bench_vllm.params}
     assert set(PARAM_BOUNDS) <= set(opts)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from superinfer.bench.engine.tiny import build_tiny_llama
 from superinfer.vllm import compat
-from superinfer.vllm.tiny import build_tiny_llama
 
 
 def _digest(d: Path) -> dict[str, str]:
@@ -123,7 +123,7 @@ def test_installed_vllm_is_a_supported_one() -> None:
 def test_plugin_package_is_light_and_exports_the_classes_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
     # Importing the package (and the builder, the pins) must not pull vLLM, torch or transformers in.
     code = (
-        "import sys, superinfer.vllm, superinfer.vllm.tiny, superinfer.vllm.compat, superinfer.vllm.params\n"
+        "import sys, superinfer.vllm, superinfer.bench.engine.tiny, superinfer.vllm.compat, superinfer.vllm.params\n"
         "print(sorted(m for m in ('vllm', 'torch', 'transformers') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

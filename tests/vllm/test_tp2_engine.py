@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from superinfer.vllm.replay import owned_llm
+from superinfer.bench.engine.replay import owned_llm
 
 pytest.importorskip("vllm")
 

@@ -9,7 +9,7 @@ from typing import Any
 import click
 import numpy as np
 
-from superinfer.vllm.fidelity_twin import errors, percentiles, request_values
+from superinfer.bench.fidelity.twin import errors, percentiles, request_values
 
 ERROR_KEYS = ("ttft_p50_pct", "ttft_p90_pct", "tbt_p50_pct", "tbt_p90_pct", "mape_pct", "ttft_attainment_pp",
               "tbt_attainment_pp", "slo_attainment_pp")
@@ -88,7 +88,7 @@ def summarise_fidelity(runs: list[dict[str, Any]], variants: list[str],
         if floor:  # the engine's first run against its repeats, the same measures as the twin's error
             row["noise_floor"] = {**_mean_abs(floor), "pairs": len(floor)}
         row.update(_pooled(rs, requests or {}, twin_values or {}))
-        if any("run_speed" in r for r in rs):  # the host's speed in each run and its repeats (fidelity_steps)
+        if any("run_speed" in r for r in rs):  # the host's speed in each run and its repeats (fidelity.steps)
             row["run_speed"] = {"runs": [r.get("run_speed") for r in rs],
                                 "repeats": [v for r in rs for v in r.get("repeat_run_speed", [])]}
         points.append(row)

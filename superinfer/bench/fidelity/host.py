@@ -9,14 +9,14 @@ here on the same engine settings, apart from the runs the twin is compared with:
   probe (:func:`quiet_step_s`), run again around each compared run, measures the host's speed then;
 * ``waiting_s`` -- the same probe with a request waiting that cannot be admitted, minus the quiet step
   (:func:`measure_host_costs`); for the plugin's policies replaced by what its own steps show in a probe
-  replay (:func:`superinfer.vllm.fidelity_steps.waiting_line`: the probe's one waiting request soon stops
+  replay (:func:`superinfer.bench.fidelity.steps.waiting_line`: the probe's one waiting request soon stops
   being a candidate, a queue of a real run does not);
 * ``plan_s`` + ``plan_per_live_s`` x live requests -- the plugin's own timing of its plans (plan and apply,
   ``RotaScheduler._time_plan``) over a probe replay of the same workload on a seed no compared run uses,
   as a least-squares line in the number of live requests (:func:`plan_line`);
 * ``arrival_s`` -- the median time of ``LLMEngine.add_request`` for a prompt of the median length right after
   a step, as the replay adds a request (input processing, serial with the engine loop), the same for every
-  policy (:func:`superinfer.vllm.fidelity_wake.arrival_after_step_s`);
+  policy (:func:`superinfer.bench.fidelity.wake.arrival_after_step_s`);
 * ``new_shape_s`` -- a prefill of a length the engine has not run before, minus the same prefill again
   (median over eight lengths): on CPU kernels are set up per batch shape, and the calibration fit is warm;
 * ``output_s`` + ``output_per_seq_s`` x sequences -- the engine's output processing after the scheduler's
@@ -25,8 +25,8 @@ here on the same engine settings, apart from the runs the twin is compared with:
   medians per batch size of steady decodes, a least-squares line through them);
 * ``wake_idle_s`` / ``wake_extra_s`` -- a request's arrival to its first token after the engine sat idle
   (slept as the replay sleeps), minus the same back to back, at a few idle times
-  (:func:`superinfer.vllm.fidelity_wake.wake_costs`);
-* ``shape_capacity`` is measured after the runs (:func:`superinfer.vllm.fidelity_probes.measure_shape_capacity`):
+  (:func:`superinfer.bench.fidelity.wake.wake_costs`);
+* ``shape_capacity`` is measured after the runs (:func:`superinfer.bench.fidelity.probes.measure_shape_capacity`):
   its probe runs a few hundred new sizes, and the runs should not start from a kernel cache it filled;
 * the KV copy time per block (:func:`copy_s_per_block`): the connector's CPU copy path (one ``copy_`` per
   layer, K and V, and block, as DuplexKV's torch backend runs it) timed on the model's block shape.
@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
+from superinfer.bench.engine.replay import ROTA_POLICIES, EngineSpec, open_engine
+from superinfer.bench.fidelity.wake import arrival_after_step_s, wake_costs
 from superinfer.sim.engine import HostCosts
-from superinfer.vllm.fidelity_wake import arrival_after_step_s, wake_costs
-from superinfer.vllm.replay import ROTA_POLICIES, EngineSpec, open_engine
 
 _DECODE_STEPS = 160
 _PROMPT = 300  # tokens of each decoding request
@@ -195,10 +195,10 @@ def output_costs(spec: EngineSpec, workdir: Path) -> tuple[float, float]:
     ``a + b * sequences`` through the median difference at each batch size of steady decodes."""
     from vllm import SamplingParams
 
-    from superinfer.vllm import calibrate
+    from superinfer.bench.engine import calibrate
 
     timed = EngineSpec(**{**spec.__dict__, "policy": "vllm", "num_blocks": 512,
-                          "scheduler_cls": "superinfer.vllm.calibrate.TimingScheduler"})
+                          "scheduler_cls": "superinfer.bench.engine.calibrate.TimingScheduler"})
     sp = SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True)
     medians = []
     with open_engine(timed, workdir) as llm:

@@ -78,12 +78,12 @@ def measure(model: str, *, block_size: int = 32, max_model_len: int = 512, repea
     """Run the sweeps on an in-process engine; return :class:`superinfer.sim.calibration.Sample` rows."""
     from vllm import SamplingParams
 
+    from superinfer.bench.engine.replay import EngineSpec, open_engine
     from superinfer.sim.calibration import Sample
-    from superinfer.vllm.replay import EngineSpec, open_engine
 
     SAMPLES.clear()
     spec = EngineSpec(model=model, policy="vllm", num_blocks=4096, block_size=block_size, max_model_len=max_model_len,
-                      scheduler_cls="superinfer.vllm.calibrate.TimingScheduler")
+                      scheduler_cls="superinfer.bench.engine.calibrate.TimingScheduler")
     with tempfile.TemporaryDirectory() as tmp, open_engine(spec, Path(tmp)) as llm:
         warm = [{"prompt_token_ids": [5] * 32}] * 4
         llm.generate(warm, SamplingParams(max_tokens=8, ignore_eos=True), use_tqdm=False)
@@ -172,7 +172,7 @@ def calibrate(ctx: click.Context, model_dir: str | None, build_tiny: str | None,
     except ImportError as exc:
         raise click.ClickException(str(exc)) from None
     if build_tiny:
-        from superinfer.vllm.tiny import build_tiny_llama
+        from superinfer.bench.engine.tiny import build_tiny_llama
 
         model_dir = str(build_tiny_llama(Path(build_tiny)))
     if threads:

@@ -4,10 +4,10 @@ For each policy, rate and seed the real vLLM engine replays the requests (as ``b
 probe just before and after it; then the twin (:class:`superinfer.sim.engine.Simulator`) replays the *same*
 requests with matched KV blocks, block size, batch limits, ``B_xfer``, SLOs and live params, priced by the
 engine's calibration fit (``--twin-calibration``, else measured first as ``superinferd calibrate`` does)
-plus the host terms measured on this engine (:mod:`superinfer.vllm.fidelity_host`). It reports both sides
+plus the host terms measured on this engine (:mod:`superinfer.bench.fidelity.host`). It reports both sides
 and the twin's error: percent error of the TTFT and per-request-TBT P50/P90 (``mape_pct`` is their mean)
 and points of attainment. ``--ablate`` also scores twin variants with each model term off
-(:mod:`superinfer.vllm.fidelity_twin`), on the same real runs; ``--rescore FILE`` runs no engine and scores
+(:mod:`superinfer.bench.fidelity.twin`), on the same real runs; ``--rescore FILE`` runs no engine and scores
 the twin as it is now against the real runs an earlier JSON recorded (docs/fidelity.md).
 """
 
@@ -22,13 +22,13 @@ from typing import Any
 import click
 import numpy as np
 
-from superinfer.vllm.bench import _requests, engine_options, prepare, run_policy
-from superinfer.vllm.fidelity_probes import (calibration, host_from_json, host_json, host_terms, measure_shape_capacity,
-                                            remeasure_terms)
-from superinfer.vllm.fidelity_steps import quiet_cells
-from superinfer.vllm.fidelity_store import REQUEST_FIELDS, STEPS, cdf_path, load_rescore, run_speeds, save_real
-from superinfer.vllm.fidelity_twin import (TERMS, cost_model, probe_reference, quantiles, score, side, speed_factor,
-                                          variants)
+from superinfer.bench.engine.run import _requests, engine_options, prepare, run_policy
+from superinfer.bench.fidelity.probes import (calibration, host_from_json, host_json, host_terms,
+                                              measure_shape_capacity, remeasure_terms)
+from superinfer.bench.fidelity.steps import quiet_cells
+from superinfer.bench.fidelity.store import REQUEST_FIELDS, STEPS, cdf_path, load_rescore, run_speeds, save_real
+from superinfer.bench.fidelity.twin import (TERMS, cost_model, probe_reference, quantiles, score, side, speed_factor,
+                                            variants)
 
 
 def _twin_calibration(coefficients: dict[str, float], block_size: int, copy_s: float, model: str) -> Any:
@@ -45,8 +45,8 @@ def _twin_calibration(coefficients: dict[str, float], block_size: int, copy_s: f
 def _engine_runs(o: dict[str, Any], rates: list[float], policies: list[str], slo: tuple[float, float],
                  host: dict[str, dict[str, Any]], workdir: Path) -> list[dict[str, Any]]:
     """Every real run, each with the speed probes around it; the rows carry the real side and its CDFs."""
-    from superinfer.vllm.fidelity_host import probe_fits, quiet_step_s
-    from superinfer.vllm.replay import SHAPES_RUN
+    from superinfer.bench.engine.replay import SHAPES_RUN
+    from superinfer.bench.fidelity.host import probe_fits, quiet_step_s
 
     probe = quiet_step_s if probe_fits(o["num_blocks"], o["block_size"], o["max_model_len"]) else None
     rows: dict[tuple[str, float, int], dict[str, Any]] = {}
@@ -83,7 +83,7 @@ def _score_all(rows: list[dict[str, Any]], o: dict[str, Any], slo: tuple[float, 
                host: dict[str, dict[str, Any]]) -> dict[tuple[str, float], Any]:
     """The twin (every variant) on each real run's requests, at the host's speed of the run (its probes
     against the terms' prediction of the probe's step); CDFs of seed 0, real and twin, per point."""
-    from superinfer.vllm.fidelity_host import PROBE_CONTEXT
+    from superinfer.bench.fidelity.host import PROBE_CONTEXT
 
     cdfs = {}
     for row in rows:
@@ -122,8 +122,8 @@ def _score_all(rows: list[dict[str, Any]], o: dict[str, Any], slo: tuple[float, 
 @click.option("--json", "json_path", default=None, help="Write the JSON here ('-' for stdout).")
 def bench_fidelity(**o: Any) -> None:
     """The real engine and its calibrated twin on the same requests: percentiles, attainments, the error."""
-    from superinfer.vllm.fidelity_host import copy_s_per_block
-    from superinfer.vllm.fidelity_report import echo_table, plot_cdfs, summarise_fidelity
+    from superinfer.bench.fidelity.host import copy_s_per_block
+    from superinfer.bench.fidelity.report import echo_table, plot_cdfs, summarise_fidelity
 
     remeasured = None
     if o["rescore"]:

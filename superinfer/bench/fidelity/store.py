@@ -10,7 +10,7 @@ from typing import Any
 import click
 import numpy as np
 
-from superinfer.vllm.fidelity_steps import CELL_COLUMNS, run_speed
+from superinfer.bench.fidelity.steps import CELL_COLUMNS, run_speed
 
 #: per-request outcomes of a real run kept beside the JSON (``--json``'s ``.cdf.npz``)
 REQUEST_FIELDS = ("t_arr", "t_first", "t_end", "outputs", "last_token", "rotations")
@@ -78,7 +78,7 @@ def _cells(fields: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray] 
 
 def run_speeds(fields: dict[str, np.ndarray], coefficients: Any, host: Any, repeats: int) -> dict[str, Any]:
     """A real run's ``run_speed`` and its repeats' (``repeat_run_speed``), from the quiet-step cells kept of them
-    (:func:`superinfer.vllm.fidelity_steps.run_speed`); nothing where none was kept (runs before 2026-12-03)."""
+    (:func:`superinfer.bench.fidelity.steps.run_speed`); nothing where none was kept (runs before 2026-12-03)."""
     out: dict[str, Any] = {}
     first = _cells(fields, "")
     if first is not None:

@@ -30,8 +30,8 @@ from typing import Any
 import click
 import numpy as np
 
+from superinfer.bench.engine.hostload import HostLoad
 from superinfer.sim.metrics import t_interval
-from superinfer.vllm.hostload import HostLoad
 
 CAPACITY_HOW = ("requests / makespan_s: `requests` requests drawn from the workload (seed 0, lengths as the "
                 "runs') all arriving at t=0 on the stock engine (policy vllm, the runs' num_blocks, block_size, "
@@ -44,7 +44,7 @@ PAIRED_KEYS = ("slo_attainment", "tbt_attainment", "ttft_attainment")
 THROUGHPUT_KEY = "throughput_tok_s"
 
 #: (workload, arrival, rps, duration, seed, max_len) -> (workload, arrivals, prompt lengths, output lengths,
-#: prompts as token ids), as ``superinfer.vllm.bench._requests``
+#: prompts as token ids), as ``superinfer.bench.engine.run._requests``
 Draw = Callable[[str, str, float, float, int, int], tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[list[int]]]]
 
 
@@ -108,7 +108,7 @@ def measure_capacity(o: dict[str, Any], k: int, workdir: Path, draw: Draw, limit
     """Capacity of the stock engine (module docstring): ``k`` burst requests at t = 0, a warm-up burst then the
     timed one, ``limit_s`` seconds at most each. ``rps`` is None when some request of either had not finished
     by then (``unfinished``: of the timed burst, or of the warm-up when that did not finish)."""
-    from superinfer.vllm.replay import EngineSpec, open_engine, replay
+    from superinfer.bench.engine.replay import EngineSpec, open_engine, replay
 
     prompts, output = burst_requests(o, k, draw)
     spec = EngineSpec(model=o["model"], policy="vllm", num_blocks=o["num_blocks"], block_size=o["block_size"],

@@ -17,7 +17,7 @@ arriving at t = 0 on the stock engine with the runs' sizes; capacity = K / the t
 finishes, in requests/s, on the second of two such bursts (JSON ``capacity``; again after the runs:
 ``capacity_end``). Per seed and load every policy replays the same requests, and ``paired`` holds the
 per-seed differences of each ``--pairs`` pair with Student-t 95 % intervals
-(:mod:`superinfer.vllm.bench_paired`).
+(:mod:`superinfer.bench.engine.paired`).
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ import click
 import numpy as np
 from click.core import ParameterSource
 
+from superinfer.bench.engine.hostload import HostLoad, rt_throttle
+from superinfer.bench.engine.paired import (end_capacity, paired_results, parse_pairs, parse_shares,
+                                            run_interleaved, start_capacity)
+from superinfer.bench.engine.text import echo_summary
 from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS
 from superinfer.sim.options import start_s_option, with_start
-from superinfer.vllm.bench_paired import (end_capacity, paired_results, parse_pairs, parse_shares,
-                                          run_interleaved, start_capacity)
-from superinfer.vllm.bench_text import echo_summary
-from superinfer.vllm.hostload import HostLoad, rt_throttle
 
 #: RotaScheduler's sums of its plans' wall time against the live requests (``RotaScheduler._time_plan``)
 PLAN_SUMS = ("plan_timed", "plan_ns", "plan_live", "plan_live_sq", "plan_ns_x_live")
@@ -72,7 +72,7 @@ def _requests(workload: str, arrival: str, rps: float, duration: float, seed: in
 
 def _unloaded(spec_kwargs: dict[str, Any], prompt_len: int, output_len: int, workdir: Path) -> tuple[float, float]:
     """TTFT and mean TBT of one request alone on the stock engine: medians of 3 runs after a warm-up."""
-    from superinfer.vllm.replay import EngineSpec, open_engine, replay
+    from superinfer.bench.engine.replay import EngineSpec, open_engine, replay
 
     ttfts, tbts = [], []
     with open_engine(EngineSpec(policy="vllm", **spec_kwargs), workdir) as llm:
@@ -123,10 +123,10 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
     ``out["probe_s"]`` holds what it returned (the host's speed at the time, ``bench fidelity``).
     ``step_logs``, if given, receives the replay's per-step record (:class:`~superinfer.vllm.steplog.StepLog`)
     under ``(policy, seed)``."""
+    from superinfer.bench.engine.replay import ROTA_POLICIES, EngineSpec, open_engine, replay, scheduler_of, to_trace
     from superinfer.core import Tenant, TenantTable
     from superinfer.sim.metrics import run_metrics
     from superinfer.vllm import kvworker
-    from superinfer.vllm.replay import ROTA_POLICIES, EngineSpec, open_engine, replay, scheduler_of, to_trace
 
     w, arr, prompt, output, prompts = _requests(_workload(o), o["arrival"], o["rps"], o["duration"], seed,
                                                o["max_model_len"])
@@ -274,8 +274,8 @@ def prepare(o: dict[str, Any], workdir: Path) -> tuple[list[str], tuple[float, f
     """Validate the options, build the tiny model if asked, set the threads, and fix the SLOs (given, or
     ``--slo-scale`` x the unloaded TTFT / TBT of a median request measured on the stock engine): returns
     (policies, (ttft_slo, tbt_slo), the unloaded measurements or None)."""
+    from superinfer.bench.engine.replay import ENGINE_POLICIES
     from superinfer.vllm.compat import check_vllm_version
-    from superinfer.vllm.replay import ENGINE_POLICIES
 
     if (o["model_dir"] is None) == (o["build_tiny"] is None):
         raise click.UsageError("give exactly one of --model DIR or --build-tiny DIR")
@@ -295,7 +295,7 @@ def prepare(o: dict[str, Any], workdir: Path) -> tuple[list[str], tuple[float, f
                    "(kernel.sched_rt_runtime_us): a busy engine measures slower than it is. Run it under "
                    "'nice -n -20' instead (or set kernel.sched_rt_runtime_us=-1).", err=True)
     if o["build_tiny"]:
-        from superinfer.vllm.tiny import build_tiny_llama
+        from superinfer.bench.engine.tiny import build_tiny_llama
 
         o["model"] = str(build_tiny_llama(Path(o["build_tiny"])))
     else:
@@ -354,7 +354,7 @@ def bench_vllm(**o: Any) -> None:
                        f"makespan {capacity['makespan_s']:.2f} s)", err=True)
         loads = [(s, s * capacity["rps"]) for s in shares] if capacity else [(None, o["rps"])]
         if o["save_trace"]:
-            from superinfer.vllm.replay import write_mooncake
+            from superinfer.bench.engine.replay import write_mooncake
 
             _, arr, prompt, output, _ = _requests(_workload(o), o["arrival"], loads[0][1], o["duration"], 0,
                                                   o["max_model_len"])

@@ -1,6 +1,6 @@
 """The arrival and wake host terms, measured in the replay loop's context (docs/fidelity.md).
 
-A request reaches the engine in one of two ways in :func:`superinfer.vllm.replay.replay`: while it steps (the
+A request reaches the engine in one of two ways in :func:`superinfer.bench.engine.replay.replay`: while it steps (the
 loop adds it right after a step) or while it idles (the loop sleeps in slices of at most 10 ms until the
 arrival). Both cost more than the same work run back to back: after a step, and more so after a sleep, the
 interpreter's and the model's working sets are cold. So:
@@ -17,7 +17,7 @@ interpreter's and the model's working sets are cold. So:
   (530-680 us after idling against 175-195 right after a step; docs/fidelity.md).
 
 ``superinferd bench fidelity --rescore FILE --remeasure host_arrival,host_wake,shape_capacity`` measures them
-(and the kernel cache's capacity, :mod:`superinfer.vllm.fidelity_shapes`) now (:func:`remeasure`) in place of
+(and the kernel cache's capacity, :mod:`superinfer.bench.fidelity.shapes`) now (:func:`remeasure`) in place of
 the recorded values.
 """
 
@@ -30,7 +30,7 @@ import numpy as np
 
 #: idle times (s) before the wake probe's requests
 WAKE_IDLE_S = (0.005, 0.02, 0.05, 0.2, 1.0)
-#: the replay loop's longest sleep while the engine idles (:func:`superinfer.vllm.replay.replay`)
+#: the replay loop's longest sleep while the engine idles (:func:`superinfer.bench.engine.replay.replay`)
 SLEEP_SLICE_S = 0.01
 
 
@@ -67,7 +67,7 @@ def arrival_after_step_s(llm: Any, prompt_tokens: int, adds: int = 48) -> float:
 
 
 def _sleep_until(eng: Any, t_end: float) -> None:
-    """Idle as :func:`superinfer.vllm.replay.replay` does: check the engine, sleep a slice, until ``t_end``."""
+    """Idle as :func:`superinfer.bench.engine.replay.replay` does: check the engine, sleep a slice, until ``t_end``."""
     while True:
         now = time.perf_counter()
         if now >= t_end or eng.has_unfinished_requests():
@@ -114,7 +114,7 @@ REMEASURABLE = {"host_arrival": ("arrival_s",), "host_wake": ("wake_idle_s", "wa
 def measure(llm: Any, prompt_tokens: int, terms: tuple[str, ...], max_prompt: int, max_batch: int) -> dict[str, Any]:
     """The :class:`~superinfer.sim.host.HostCosts` fields of ``terms`` (of :data:`REMEASURABLE`), measured on
     this open stock engine (``max_prompt``, ``max_batch``: its longest prompt and batch in tokens)."""
-    from superinfer.vllm.fidelity_shapes import shape_capacity
+    from superinfer.bench.fidelity.shapes import shape_capacity
 
     unknown = [t for t in terms if t not in REMEASURABLE]
     if unknown:
@@ -131,8 +131,8 @@ def measure(llm: Any, prompt_tokens: int, terms: tuple[str, ...], max_prompt: in
 
 def remeasure(spec: Any, prompt_tokens: int, terms: tuple[str, ...], workdir: Any) -> dict[str, Any]:
     """:func:`measure` on a fresh stock engine of ``spec``'s settings (an
-    :class:`~superinfer.vllm.replay.EngineSpec`; its policy and blocks are not used)."""
-    from superinfer.vllm.replay import EngineSpec, open_engine
+    :class:`~superinfer.bench.engine.replay.EngineSpec`; its policy and blocks are not used)."""
+    from superinfer.bench.engine.replay import EngineSpec, open_engine
 
     stock = EngineSpec(**{**spec.__dict__, "policy": "vllm", "num_blocks": 128})
     with open_engine(stock, workdir) as llm:

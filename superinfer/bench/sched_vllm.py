@@ -1,7 +1,7 @@
 """``superinferd bench sched --vllm``: RotaScheduler.schedule() against vLLM's Scheduler.schedule().
 
 Both schedulers are built the way vLLM's CPU-only scheduler tests build them
-(:mod:`superinfer.vllm.synthetic`), get the same requests (``waiting`` of them, arrival times spread over
+(:mod:`superinfer.bench.engine.synthetic`), get the same requests (``waiting`` of them, arrival times spread over
 the last ``spread_s`` seconds) and are warmed up in lockstep with vLLM's own FCFS decisions (the
 RotaScheduler runs with the core's ``fcfs`` policy during warm-up, which leaves every decision to vLLM),
 until ``running`` requests decode and the KV pool is nearly full. Then exactly one ``schedule()`` of each
@@ -24,7 +24,7 @@ from superinfer.core import get_policy
 
 def _pair_state(model_dir: Path, cls: type, waiting: int, running: int, prompt_len: int, block_size: int,
                 spread_s: float, seed_time: float) -> Any:
-    from superinfer.vllm.synthetic import create_requests, create_scheduler, fake_output
+    from superinfer.bench.engine.synthetic import create_requests, create_scheduler, fake_output
 
     blocks_per_req = -(-(prompt_len + 8) // block_size)
     sched = create_scheduler(model_dir, cls, num_blocks=running * blocks_per_req + 8, block_size=block_size,
@@ -52,8 +52,8 @@ def bench_vllm_schedule(*, waiting: int = 4000, running: int = 256, prompt_len: 
     """Median wall time of one ``schedule()`` on identical queues, stock vs RotaScheduler, and the ratio."""
     from vllm.v1.core.sched.scheduler import Scheduler
 
+    from superinfer.bench.engine.tiny import build_tiny_llama
     from superinfer.vllm import RotaScheduler
-    from superinfer.vllm.tiny import build_tiny_llama
 
     with tempfile.TemporaryDirectory() as tmp:
         model = model_dir or build_tiny_llama(Path(tmp) / "tiny", seed=0)

@@ -37,7 +37,7 @@ def shape_capacity(llm: Any, max_prompt: int, max_batch: int) -> dict[str, Any]:
     "skipped": why}`` where the engine's settings leave too few sizes to run."""
     from vllm import SamplingParams
 
-    from superinfer.vllm.replay import SHAPES_RUN
+    from superinfer.bench.engine.replay import SHAPES_RUN
 
     eng = llm.llm_engine
     sp = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)

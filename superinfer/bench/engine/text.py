@@ -63,7 +63,7 @@ def _pp(d: dict[str, Any]) -> str:
 
 
 def echo_paired(paired: list[dict[str, Any]]) -> None:
-    """Print the paired differences a - b (:func:`superinfer.vllm.bench_paired.paired_results`)."""
+    """Print the paired differences a - b (:func:`superinfer.bench.engine.paired.paired_results`)."""
     if not paired:
         return
     click.echo("paired, a - b over the same seeds (pp; 95 % t interval), throughput a / b:")

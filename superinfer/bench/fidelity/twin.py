@@ -6,14 +6,14 @@ The terms (docs/fidelity.md): the calibrated step (always), ``host_step``, ``hos
 run; with ``shape_capacity``: only the sizes it ran last, as many as its kernel cache keeps), ``host_output``,
 ``host_wake``, ``host_kv`` (:class:`superinfer.sim.host.HostCosts`; ``host_kv``, the
 connector's measured time per park, load and sync, replaces the copy pricing), ``host_resume`` (a resumed
-request's cost to the step beyond its load, measured on the plugin's steps: :mod:`superinfer.vllm.fidelity_steps`;
+request's cost to the step beyond its load, measured on the plugin's steps: :mod:`superinfer.bench.fidelity.steps`;
 left out, below), ``sync_resume`` (a resumed
 request computes in the step of its synchronous load: core ``Capacity.sync_loads``; left out, below),
 ``sync_transfers`` (the CPU connector copies within the step, at the copy micro-benchmark's time per block;
 what the twin falls back to without ``host_kv``) and ``host_speed`` (the host's speed at the time of the run, from a probe run just before
 and after it, against what the calibrated step and host terms predict for the probe's step: the calibrated
 step, the host terms and the copy time are scaled by that ratio) and ``run_speed`` (the same scaling, by the
-host's speed measured on the run's own quiet steps: :func:`superinfer.vllm.fidelity_steps.run_speed`; not a
+host's speed measured on the run's own quiet steps: :func:`superinfer.bench.fidelity.steps.run_speed`; not a
 prediction, since it reads the run being predicted, but a measure of how much of the error is the host's
 speed; left out, reported as a variant).
 """
@@ -136,11 +136,11 @@ def twin_run(trace_arrays: tuple, o: dict[str, Any], policy: str, slo: tuple[flo
     run's factor of each of :data:`SPEED_TERMS` (a term on scales the twin's times by its factor);
     ``shapes_before``: the batch sizes in tokens the engine's process ran before this run, least recently run
     first (``shape_history``; ``shape_capacity`` keeps the last of them)."""
+    from superinfer.bench.engine.replay import ROTA_POLICIES
     from superinfer.core import Params, Tenant, TenantTable
     from superinfer.sim.engine import SimConfig, Simulator
     from superinfer.sim.metrics import run_metrics
     from superinfer.sim.workload import Workload
-    from superinfer.vllm.replay import ROTA_POLICIES
 
     arr, prompt, output, duration = trace_arrays
     w = Workload.from_arrays(arr, prompt, output, duration_s=duration, source="bench fidelity")
@@ -203,7 +203,7 @@ def score(row: dict[str, Any], requests: tuple, o: dict[str, Any], slo: tuple[fl
         s = side(tm, tq)
         if name == "all":
             row["twin"], row["error"], cdf = s, errors(row["real"], s), tq["_cdf"]
-            row["_twin_values"] = tq["_values"]  # for the errors pooled over seeds (fidelity_report)
+            row["_twin_values"] = tq["_values"]  # for the errors pooled over seeds (fidelity.report)
         else:
             row.setdefault("ablation", {})[name] = {"twin": s, "error": errors(row["real"], s)}
     return cdf

@@ -1,5 +1,5 @@
 """Measuring the twin's terms on engines, for ``superinferd bench fidelity``: the calibration, the host terms (the
-step probes of :mod:`superinfer.vllm.fidelity_host`, the probe replays that time the plugin's plans, connector and
+step probes of :mod:`superinfer.bench.fidelity.host`, the probe replays that time the plugin's plans, connector and
 resumes, the kernel cache's capacity), their JSON form, and ``--rescore --remeasure``."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import click
 import numpy as np
 
-from superinfer.vllm.bench import _requests, run_policy
+from superinfer.bench.engine.run import _requests, run_policy
 
 #: the seed of the probe replay that times the plugin's plans (no compared run uses it)
 PLAN_PROBE_SEED = 1000
@@ -20,8 +20,8 @@ PLAN_PROBE_SEED = 1000
 
 def calibration(o: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The twin's calibration: ``--twin-calibration`` if given, else measured now (as ``superinferd calibrate``)."""
+    from superinfer.bench.engine.calibrate import fit_mape, measure, robust_fit
     from superinfer.sim import calibration as calib
-    from superinfer.vllm.calibrate import fit_mape, measure, robust_fit
 
     if o.get("twin_calibration"):
         cal = calib.load(o["twin_calibration"])
@@ -36,9 +36,9 @@ def calibration(o: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
 
 
 def _stock_spec(o: dict[str, Any], **extra: Any) -> Any:
-    """An :class:`~superinfer.vllm.replay.EngineSpec` of stock vLLM with the run's engine settings (``extra``
+    """An :class:`~superinfer.bench.engine.replay.EngineSpec` of stock vLLM with the run's engine settings (``extra``
     overrides or adds fields)."""
-    from superinfer.vllm.replay import EngineSpec
+    from superinfer.bench.engine.replay import EngineSpec
 
     return EngineSpec(model=o["model"], policy="vllm", block_size=o["block_size"], max_model_len=o["max_model_len"],
                       max_num_seqs=o["max_num_seqs"], max_num_batched_tokens=o["max_num_batched_tokens"], **extra)
@@ -56,11 +56,11 @@ def _probe_replays(o: dict[str, Any], host: dict[str, dict[str, Any]], rates: li
     """For each of the plugin's policies in ``host``, probe replays of the workload on a seed no compared run
     uses: at the highest rate, the plan line (``host_plan``) and the KV connector's lines (``host_kv``) from the
     plugin's timings, then ``host_resume`` from its steps priced with those; at the middle rate (where steps with
-    and without a queue are both common) ``host_waiting`` from its steps (:mod:`superinfer.vllm.fidelity_steps`;
+    and without a queue are both common) ``host_waiting`` from its steps (:mod:`superinfer.bench.fidelity.steps`;
     the stock probe's value stays where no cell had enough steps). Only ``terms`` are replaced in ``host``."""
-    from superinfer.vllm.fidelity_host import kv_lines, plan_line
-    from superinfer.vllm.fidelity_steps import resume_line, waiting_line
-    from superinfer.vllm.replay import ROTA_POLICIES
+    from superinfer.bench.engine.replay import ROTA_POLICIES
+    from superinfer.bench.fidelity.host import kv_lines, plan_line
+    from superinfer.bench.fidelity.steps import resume_line, waiting_line
 
     duration = min(float(o["duration"]), 10.0)
     middle = sorted(rates)[(len(rates) - 1) // 2]
@@ -106,9 +106,9 @@ def _probe_replay(o: dict[str, Any], policy: str, rps: float, duration: float, s
 
 def host_terms(o: dict[str, Any], policies: list[str], rates: list[float], slo: tuple[float, float],
                coefficients: Any, workdir: Path) -> dict[str, dict[str, Any]]:
-    """The host terms per policy (:mod:`superinfer.vllm.fidelity_host`): the step probes, and for the plugin's
+    """The host terms per policy (:mod:`superinfer.bench.fidelity.host`): the step probes, and for the plugin's
     policies the probe replays (:func:`_probe_replays`)."""
-    from superinfer.vllm.fidelity_host import measure_host_costs
+    from superinfer.bench.fidelity.host import measure_host_costs
 
     spec = _stock_spec(o, params={"ttft_slo": slo[0], "tbt_slo": slo[1], "b_xfer": o["b_xfer"]},
                        host_blocks=o["host_blocks"], load=o.get("load"))
@@ -118,13 +118,13 @@ def host_terms(o: dict[str, Any], policies: list[str], rates: list[float], slo: 
 
 
 def measure_shape_capacity(o: dict[str, Any], host: dict[str, dict[str, Any]], workdir: Path) -> None:
-    """``shape_capacity`` (:func:`superinfer.vllm.fidelity_shapes.shape_capacity`) on a stock engine of these
+    """``shape_capacity`` (:func:`superinfer.bench.fidelity.shapes.shape_capacity`) on a stock engine of these
     settings, into every policy's host terms (and its probe as ``shape_probe``). Run after the engine runs: the
     probe runs a few hundred new batch sizes, and the runs should not start from a kernel cache it filled (on
     the run of 2026-12-01 11:00, with the probe first, the engine was 2.0 ms slower than the twin on the steps
     the twin priced as cold; not shown to be the probe's doing, docs/fidelity.md)."""
-    from superinfer.vllm.fidelity_shapes import shape_capacity
-    from superinfer.vllm.replay import open_engine
+    from superinfer.bench.engine.replay import open_engine
+    from superinfer.bench.fidelity.shapes import shape_capacity
 
     spec = _stock_spec(o, num_blocks=128)
     click.echo("measuring the kernel cache's capacity (shape_capacity) ...", err=True)
@@ -150,11 +150,11 @@ def host_from_json(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def remeasure_terms(o: dict[str, Any], host: dict[str, dict[str, Any]], names: str, slo: tuple[float, float],
                     coefficients: Any) -> dict[str, Any]:
     """Measure the host terms ``names`` now, with the recorded settings, and put them in the policies'
-    :class:`HostCosts` of ``host``: those of :data:`superinfer.vllm.fidelity_wake.REMEASURABLE` on a stock engine
+    :class:`HostCosts` of ``host``: those of :data:`superinfer.bench.fidelity.wake.REMEASURABLE` on a stock engine
     (every policy alike), ``host_resume`` and ``host_waiting`` by probe replays of each plugin policy
     (:func:`_probe_replays`, the plan and connector lines as recorded). Returns the new values and the recorded
     ones they replace (``--rescore --remeasure``)."""
-    from superinfer.vllm.fidelity_wake import REMEASURABLE, remeasure
+    from superinfer.bench.fidelity.wake import REMEASURABLE, remeasure
 
     terms = tuple(t.strip() for t in names.split(",") if t.strip())
     replayed = ("host_resume", "host_waiting")  # measured by probe replays of the plugin's policies
