@@ -9,8 +9,10 @@ Modules, one job each: ``connect`` (where the daemon is, which token, read-only 
 recording/replaying states), ``judge`` (OK/WARN/BREACH against the target, trends, why attainment
 moves), ``events`` (the deduplicated event log), ``tracker`` (everything derived across polls: rates,
 counter resets, restarts, histories, param changes), ``text`` (``--once`` and ``--json`` output),
-``fmt`` (number formatting shared by the panels), ``status``, ``panels`` and ``tenants`` (what the header,
-banner and each panel show, as pure functions of the tracker), ``dialogs`` (edit, confirm, help, full
-log), ``css`` (layout), ``actions`` (the keys that talk to the daemon), ``app`` (the Textual app: layout,
-the poll worker, drawing) and ``cli`` (the click command).
+``fmt`` (number formatting shared by the panels), ``status`` and ``panels`` (what the header, banner and
+each panel show, as pure functions of the tracker), ``widgets`` (one widget per panel, each drawing itself
+with ``show(tracker, now)``), ``tenants`` (the tenant panel: its rows, cells and "why" line), ``dialogs``
+(edit, confirm, help, full log), ``app.tcss`` (layout), ``actions`` (the keys that talk to the daemon or
+open dialogs), ``app`` (the Textual app: layout, the poll worker, calling each panel's ``show``) and
+``cli`` (the click command).
 """

@@ -1,10 +1,12 @@
 """The Textual app: layout, keys, the poll worker.
 
 One worker polls (so polls never overlap and never block the UI): poll, apply, wait ``interval`` (or
-the reconnect backoff) or until ``r``/``+``/``-`` wake it. Panels are redrawn from the tracker after each
-poll; the header and banner also tick once a second (data age, disconnected time). Layout: fixed panel
-heights; below 100 columns or 30 rows the compact layout drops the transfer, tuner and ranking panels
-and the tenant table's less important columns.
+the reconnect backoff) or until ``r``/``+``/``-`` wake it. After each poll every panel redraws itself
+from the tracker (``show(tracker, now)``: :mod:`~superinfer.tui.widgets`, :mod:`~superinfer.tui.tenants`);
+the header and banner also tick once a second (data age, disconnected time). Layout (``app.tcss``):
+fixed panel heights; below 100 columns or 30 rows the compact layout drops the transfer, tuner and
+ranking panels and the tenant table's less important columns. Dialogs: :mod:`~superinfer.tui.dialogs`,
+opened by the key actions in :mod:`~superinfer.tui.actions`.
 """
 
 from __future__ import annotations
@@ -14,32 +16,32 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Footer
 
-from superinfer.tui import panels
-from superinfer.tui.css import TOP_CSS
 from superinfer.tui.actions import Actions
-from superinfer.tui.fmt import fit
 from superinfer.tui.source import LiveSource, Poll, ReplaySource, backoff_s
-from superinfer.tui.status import Session, banner, header
-from superinfer.tui.tenants import TenantTable, layout_for
+from superinfer.tui.status import Session
+from superinfer.tui.tenants import TenantPanel, TenantRows
 from superinfer.tui.tracker import Tracker
+from superinfer.tui.widgets import (Banner, EventsPanel, HeaderBar, KvPanel, ParamsPanel, QueuesPanel, RankingPanel,
+                                    Shows, TransferPanel, TunerPanel)
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 MESSAGE_S = 10.0
 COMPACT_W, COMPACT_H = 100, 30
-MAX_TENANT_ROWS = 8
+#: the panels :meth:`TopApp.render_all` redraws after each poll, in this order
+PANELS: tuple[type[Shows], ...] = (TenantPanel, KvPanel, QueuesPanel, TransferPanel, ParamsPanel, TunerPanel,
+                                   RankingPanel, EventsPanel)
 
 
 class TopApp(Actions, App[None]):
     """``superinferd top``. ``source``: a live daemon or a recording."""
 
-    CSS = TOP_CSS
+    CSS_PATH = "app.tcss"
     TITLE = "superinferd top"
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [
@@ -75,30 +77,24 @@ class TopApp(Actions, App[None]):
 
     # ---- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        yield Static(id="header")
-        yield Static(id="banner")
+        yield HeaderBar(self.session, id="header")
+        yield Banner(self.session, id="banner")
         with Vertical(id="body"):
-            with Vertical(id="tenants-box", classes="panel"):
-                yield TenantTable(id="tenants")
-                yield Static(id="why")
+            yield TenantPanel(id="tenants-box")
             with Horizontal(id="row1"):
-                yield Static(id="kv", classes="panel")
-                yield Static(id="queues", classes="panel")
-                yield Static(id="transfer", classes="panel")
+                yield KvPanel(id="kv")
+                yield QueuesPanel(id="queues")
+                yield TransferPanel(id="transfer")
             with Horizontal(id="row2"):
-                yield Static(id="params", classes="panel")
-                yield Static(id="tuner", classes="panel")
-                yield Static(id="ranking", classes="panel")
-            yield Static(id="events", classes="panel")
+                yield ParamsPanel(id="params")
+                yield TunerPanel(id="tuner")
+                yield RankingPanel(id="ranking")
+            yield EventsPanel(id="events")
         yield Footer()
 
     def on_mount(self) -> None:
-        titles = {"tenants-box": "SLOs per tenant", "kv": "KV cache", "queues": "queues", "transfer": "transfer",
-                  "params": "params", "tuner": "tuner", "ranking": "VLT ranking (served first)", "events": "events"}
-        for wid, title in titles.items():
-            self.main.query_one(f"#{wid}").border_title = title
         self._layout(self.size.width, self.size.height)
-        self.main.query_one(TenantTable).focus()
+        self.main.query_one(TenantRows).focus()
         self.render_all()
         if self.autopoll:
             self.run_worker(self._poll_loop(), exclusive=True, group="poll", name="poll")
@@ -169,11 +165,8 @@ class TopApp(Actions, App[None]):
         if not self._drawable():
             return
         now = self.now()
-        self.main.query_one("#header", Static).update(header(self.tracker, now, self.session, self.size.width))
-        text, cls = banner(self.tracker, now, self.session)
-        b = self.main.query_one("#banner", Static)
-        b.update(text)
-        b.set_classes(cls)
+        for line in (HeaderBar, Banner):
+            self.main.query_one(line).show(self.tracker, now)
         self.main.query_one("#body").set_class(not self.tracker.connected and self.tracker.state is not None, "stale")
 
     def render_all(self) -> None:
@@ -182,32 +175,8 @@ class TopApp(Actions, App[None]):
             return
         self._render_status()
         tr, now = self.tracker, self.now()
-        table = self.main.query_one(TenantTable)
-        table.update_from(tr, now, layout_for(self.size.width))
-        n = min(max(len((tr.state or {}).get("tenants") or {}), 1), MAX_TENANT_ROWS)
-        self.main.query_one("#tenants-box").styles.height = n + 4  # borders, column header, rows, why
-        sel = table.selected
-        why = Text(no_wrap=True, overflow="ellipsis")
-        if sel is not None and tr.state is not None:
-            why.append(f"why ({sel}): ", style="bold")
-            why.append(tr.tenant(sel, now)["why"])
-        self.main.query_one("#why", Static).update(fit(why, self.size.width - 4))
-        box = self.main.query_one("#tenants-box")
-        box.border_title = (f"SLOs per tenant · window {tr.state.get('slo_window_s', '—')}s · target "
-                            f"{100 * tr.target:.0f}%" if tr.state else "SLOs per tenant")
-        w = self.size.width
-        third = max(24, w // 3 - 4)
-        self.main.query_one("#kv", Static).update(panels.kv(tr, w // 2 - 4 if self.compact else third))
-        self.main.query_one("#queues", Static).update(panels.queues(tr, w // 2 - 4 if self.compact else third))
-        self.main.query_one("#transfer", Static).update(panels.transfer(tr, third))
-        self.main.query_one("#transfer").border_subtitle = panels.transfer_note(tr)
-        self.main.query_one("#kv").border_title = panels.kv_title(tr)
-        self.main.query_one("#params", Static).update(panels.params(tr, now, w - 4 if self.compact else third,
-                                                               meta_first=self.compact))
-        self.main.query_one("#tuner", Static).update(panels.tuner(tr, now, third))
-        self.main.query_one("#ranking", Static).update(panels.ranking(tr, width=third))
-        events = self.main.query_one("#events", Static)
-        events.update(panels.events(tr, max(1, events.size.height - 2 if events.size.height else 8), w - 4))
+        for panel in PANELS:
+            self.main.query_one(panel).show(tr, now)
 
     # ---- keys -----------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -237,7 +206,7 @@ class TopApp(Actions, App[None]):
         self._wake.set()
 
     def action_tenant(self, step: int) -> None:
-        table = self.main.query_one(TenantTable)
+        table = self.main.query_one(TenantRows)
         if table.row_count:
             table.move_cursor(row=(table.cursor_row + step) % table.row_count)
             self.render_all()

@@ -1,4 +1,6 @@
-"""The per-tenant SLO table: one row per tenant (stable row keys), updated cell by cell.
+"""The per-tenant SLO panel: :class:`TenantPanel` (bordered, titled with the window and target) holds
+:class:`TenantRows`, one row per tenant (stable row keys) updated cell by cell, and the selected tenant's
+"why" line under it.
 
 Columns (wide): the verdict word beside its colour, the tenant's SLOs, requests/finished in the window,
 TTFT attainment, TBT attainment per request and per gap, both-SLO attainment, TTFT and gap P50/P99
@@ -12,9 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
-from textual.widgets import DataTable
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
 
-from superinfer.tui.fmt import DASH, VERDICT_MARK, VERDICT_STYLE, number, pct, secs, slo
+from superinfer.tui.fmt import DASH, VERDICT_MARK, VERDICT_STYLE, fit, number, pct, secs, slo
 from superinfer.tui.judge import UNJUDGED, percentile_class
 from superinfer.tui.tracker import Tracker
 
@@ -27,6 +31,7 @@ COMPACT = (("tenant", "tenant"), ("verdict", "verdict"), ("n", "req/fin"), ("ttf
            ("ttft_p", "TTFT p99"), ("gap_p", "gap p99"), ("trend", "trend"))
 #: columns by layout; the app picks one by terminal width (:func:`layout_for`)
 LAYOUTS = {"wide": WIDE, "medium": MEDIUM, "compact": COMPACT}
+MAX_TENANT_ROWS = 8  # the panel grows with the tenant count up to this many rows, then scrolls
 
 
 def layout_for(width: int) -> str:
@@ -82,8 +87,8 @@ def tenant_cells(tr: Tracker, name: str, now: float, layout: str) -> dict[str, T
     return cells
 
 
-class TenantTable(DataTable):
-    """The tenant rows. :meth:`update_from` adds/removes rows by tenant name and changes only the cells
+class TenantRows(DataTable):
+    """The tenant rows (a :class:`~textual.widgets.DataTable`). :meth:`update_from` adds/removes rows by tenant name and changes only the cells
     whose text changed."""
 
     def __init__(self, **kwargs: Any) -> None:
@@ -136,3 +141,36 @@ class TenantTable(DataTable):
         pending = self._cells.pop(("", "select"), None)
         if pending in names:
             self.move_cursor(row=names.index(pending))
+
+
+class TenantPanel(Vertical):
+    """The "SLOs per tenant" panel: the rows, and under them why the selected tenant's attainment moves."""
+
+    TITLE = "SLOs per tenant"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(classes="panel", **kwargs)
+        self.border_title = self.TITLE
+
+    def compose(self) -> ComposeResult:
+        yield TenantRows(id="tenants")
+        yield Static(id="why")
+
+    @property
+    def rows(self) -> TenantRows:
+        return self.query_one(TenantRows)
+
+    def show(self, tr: Tracker, now: float) -> None:
+        width = self.app.size.width
+        table = self.rows
+        table.update_from(tr, now, layout_for(width))
+        n = min(max(len((tr.state or {}).get("tenants") or {}), 1), MAX_TENANT_ROWS)
+        self.styles.height = n + 4  # borders, column header, rows, why
+        sel = table.selected
+        why = Text(no_wrap=True, overflow="ellipsis")
+        if sel is not None and tr.state is not None:
+            why.append(f"why ({sel}): ", style="bold")
+            why.append(tr.tenant(sel, now)["why"])
+        self.query_one("#why", Static).update(fit(why, width - 4))
+        self.border_title = (f"{self.TITLE} · window {tr.state.get('slo_window_s', '—')}s · target "
+                             f"{100 * tr.target:.0f}%" if tr.state else self.TITLE)

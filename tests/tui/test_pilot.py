@@ -15,7 +15,7 @@ from superinfer.tui.app import TopApp
 from superinfer.tui.connect import resolve_target
 from superinfer.tui.dialogs import ConfirmScreen, EditScreen, HelpScreen, LogScreen
 from superinfer.tui.source import LiveSource
-from superinfer.tui.tenants import TenantTable
+from superinfer.tui.tenants import TenantRows
 from tests.daemon.conftest import DaemonProc, start_daemon
 from tests.tui.conftest import screen_text, wait_for
 
@@ -37,7 +37,7 @@ def preview(app: TopApp) -> str:
 
 
 async def connected(pilot, app: TopApp) -> None:
-    await wait_for(pilot, lambda: app.query_one(TenantTable).row_count > 0, what="tenant rows")
+    await wait_for(pilot, lambda: app.query_one(TenantRows).row_count > 0, what="tenant rows")
     await wait_for(pilot, lambda: "voice" in screen_text(app), what="the rows drawn")
 
 
@@ -58,7 +58,7 @@ def test_tenant_rows_and_simulation_badge(daemon: DaemonProc) -> None:
             await connected(pilot, app)
             text = screen_text(app)
             assert "SIMULATION" in text.splitlines()[0]
-            table = app.query_one(TenantTable)
+            table = app.query_one(TenantRows)
             assert [str(k.value) for k in table.rows] == ["chat", "voice"]  # stable row keys: tenant names
             assert "1s/50ms" in text  # voice's SLOs from the daemon
             # no request yet: nothing judged, no green 100 %
