@@ -6,6 +6,7 @@ Imports neither torch nor vLLM. Engine adapters (``superinfer.sim``, ``superinfe
 
 from superinfer.core.blocks import BlockPool, KVLedger, PoolExhausted
 from superinfer.core.budget import B_XFER_BOUNDS, b_xfer_blocks, batch_token_budget, slo_token_budget
+from superinfer.core.gate import PlanGate, batch_holds, decided_nothing
 from superinfer.core.planner import nothing_to_plan
 from superinfer.core.policies import (
     ENGINE_POLICIES,
@@ -69,6 +70,9 @@ __all__ = [
     "core_policy_name",
     "get_policy",
     "nothing_to_plan",
+    "PlanGate",
+    "batch_holds",
+    "decided_nothing",
     "rank_order",
     "ranking",
     "slo_token_budget",

@@ -179,16 +179,18 @@ def fits_in_hbm(snap: Snapshot, cap: Capacity) -> bool:
     return int(np.maximum(need, 0).sum()) <= cap.free_blocks
 
 
-def build_plan(ctx: Ctx, spec: PolicySpec) -> Plan:
-    """Run the four steps of one iteration for ``spec`` and package the result."""
+def build_plan(ctx: Ctx, spec: PolicySpec, *, hold: bool = False) -> Plan:
+    """Run the four steps of one iteration for ``spec`` and package the result. ``hold``: steps 1 and 2
+    only, the running batch served as it stands (:mod:`superinfer.core.gate`)."""
     token_budget = ctx.cap.token_budget
     if spec.token_cap is not None:
         token_budget = min(token_budget, spec.token_cap(ctx.params))
     w = Work(ctx, spec, token_budget)
     _continue_loads(ctx, spec, w)
     _serve_running(ctx, spec, w)
-    admit(ctx, spec, w)
-    _eager_sync(ctx, spec, w)
+    if not hold:
+        admit(ctx, spec, w)
+        _eager_sync(ctx, spec, w)
     return _package(ctx, spec, w)
 
 

@@ -186,6 +186,17 @@ class Policy:
         return plan
 
 
+    @property
+    def gated(self) -> bool:
+        """Whether an engine may hold the batch unplanned between plans (``Params.replan_steps``,
+        :mod:`superinfer.core.gate`): RotaSched v2 only; ``lvf-paper`` and the stock policies plan every step."""
+        return self.spec.slo_guards
+
+    def hold(self, snap: Snapshot, cap: Capacity, params: Params, tenants: TenantTable, now: float) -> Plan:
+        """The plan of a step that holds (:func:`~superinfer.core.gate.batch_holds` must be true): every running
+        request scheduled with its growth, nothing else; no ranking (the last plan's stands)."""
+        return build_plan(Ctx(snap, cap, params, tenants, now), self.spec, hold=True)
+
     def only_serves_batch(self, snap: Snapshot, cap: Capacity, params: Params, tenants: TenantTable,
                           now: float) -> bool:
         """:func:`~superinfer.core.planner.only_serves_batch` for this policy (no validation)."""

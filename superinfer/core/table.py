@@ -13,6 +13,10 @@ vLLM's request-id strings. The state changes a request goes through are methods,
 :meth:`remove`         finished or aborted; the row is recycled
 =====================  ===============================================================================
 
+``version`` counts membership changes (:meth:`add`, :meth:`remove`, :meth:`preempted`, :meth:`joined`
+of at least one row): equal versions mean the same requests hold the same places (waiting, rotary or
+running), which is what :class:`~superinfer.core.gate.PlanGate` needs to know.
+
 Block columns (``blocks_hbm``, ``blocks_dram``, ``synced``, ``syncing``, ``h2d_pending``) belong to
 whoever keeps the bytes: the engine writes them from its ledger.
 
@@ -52,6 +56,7 @@ class RequestTable:
         self._next_seq = 0
         self._int_keys: bool | None = None  # one table holds one kind of key
         self._live_rows: np.ndarray | None = None
+        self.version = 0  # membership changes so far (module docstring)
         self.live = np.zeros(0, np.bool_)
         self._grow(max(16, capacity))
 
@@ -161,6 +166,7 @@ class RequestTable:
         self.busy[r] = False
         self.live[r] = True
         self._live_rows = None
+        self.version += 1
         return r
 
     def remove(self, key: Hashable) -> int | None:
@@ -174,6 +180,7 @@ class RequestTable:
         self.live[r] = False
         self._live_rows = None
         self._free.append(r)
+        self.version += 1
         return r
 
     def preempted(self, r: int, num_computed: int) -> None:
@@ -184,10 +191,14 @@ class RequestTable:
         self.rotations[r] += 1
         self.residency[r] = 0
         self.busy[r] = False
+        self.version += 1
 
     def joined(self, rows: np.ndarray | int, now: float, *, swapped_in: bool) -> None:
         """``rows`` entered the batch at ``now``. A swap-in that completed starts its minimum residency
         (residency 0); an admission or re-prefill is fresh (no residency guard)."""
+        if np.size(rows) == 0:
+            return
+        self.version += 1
         self.phase[rows] = Phase.RUNNING
         self.t_run[rows] = now
         self.residency[rows] = 0 if swapped_in else FRESH_RESIDENCY

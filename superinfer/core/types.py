@@ -5,8 +5,7 @@ simulator or the vLLM plugin). A :class:`Plan` is what a policy returns for one 
 
 Block vocabulary (design §3–§4):
 
-* ``blocks_hbm``: device blocks the request holds now (its KV, plus blocks reserved for a swap-in in
-  progress).
+* ``blocks_hbm``: device blocks the request holds now (its KV, plus those reserved for a swap-in in progress).
 * ``blocks_dram``: host blocks holding copies of its KV.
 * ``synced``: how many of its first device blocks have a *completed* host copy. Eager sync proceeds in
   block order, so the synced blocks are always a prefix; ``synced <= min(blocks_hbm, blocks_dram)``.
@@ -122,6 +121,7 @@ PARAM_BOUNDS: dict[str, tuple[float, float]] = {
     "hopeless_last": (0, 1),  # 0: off (late waiting requests rank and displace as any other)
     "step_slo_share": (0.0, 10.0),  # 0: off (the full token budget every iteration)
     "backfill": (0, 1),  # 0: off (admission stops at the first candidate that cannot be made to fit)
+    "replan_steps": (1, 64),  # 1: plan every step (superinfer.core.gate)
 }
 
 
@@ -149,6 +149,8 @@ class Params:
     # fit in the free blocks are admitted while that candidate is still ahead of its SLO (EASY-style
     # backfilling: they never preempt, and the one skipped keeps its rank for the next iteration).
     backfill: int = 1
+    # At most one plan in this many steps while plans decide nothing (superinfer.core.gate); 1: every step.
+    replan_steps: int = 4
     sarathi_token_budget: int = 512  # the stall-free budget of the `sarathi` baseline
 
     def __post_init__(self) -> None:

@@ -73,6 +73,8 @@ KNOB_HELP: dict[str, str] = {
                       "(prefill chunks cut, decodes never; needs a step-time model); 0: off",
     "backfill": "lvf: 1: when the next candidate cannot be made to fit, admit later ones that fit in the free "
                 "blocks while it is still ahead of its SLO (never preempting for them); 0: off",
+    "replan_steps": "lvf: after a plan that decided nothing, serve the running batch without planning for up to "
+                    "this many steps in all while no request arrives, leaves, parks or joins; 1: plan every step",
 }
 
 

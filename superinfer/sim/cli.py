@@ -59,6 +59,7 @@ _KNOB_HELP = {
     "rotation_margin_s": "lvf (v2): displace a running request only by a VLT this much larger (s); 0: off.",
     "hopeless_last": "lvf (v2): 1: waiting requests past their TTFT SLO rank last and never displace; 0: off.",
     "step_slo_share": "lvf (v2): size iterations with decodes to this share of the tightest TBT SLO; 0: off.",
+    "replan_steps": "lvf: hold the batch unplanned for up to this many steps after a plan that decided nothing; 1: off.",
 }
 
 

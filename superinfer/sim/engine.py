@@ -34,11 +34,14 @@ from superinfer.core import (
     Params,
     Phase,
     Plan,
+    PlanGate,
     Sampled,
     Snapshot,
     TenantTable,
+    batch_holds,
     batch_token_budget,
     core_policy_name,
+    decided_nothing,
     get_policy,
     nothing_to_plan,
 )
@@ -179,6 +182,8 @@ class Simulator:
         self.n_refused = 0
         self.state = EngineState(self.hbm_blocks, self.dram_blocks, cm.block_size, grow=max(1024, len(workload)))
         self.max_h2d = self.max_d2h = self.max_used = 0
+        self.gate = PlanGate()  # holds the batch unplanned between plans, as the plugin does
+        self.held_steps = 0
         # batch sizes in tokens set up now, least recently run first (HostCosts.new_shape_s, shape_capacity)
         self._shapes: dict[int, None] = {}
         self._shape_capacity = int(cfg.host.shape_capacity)
@@ -251,7 +256,7 @@ class Simulator:
         cap = st.capacity(self.b_xfer, self.token_budget(now), cfg.max_num_seqs, cfg.sync_loads)
         snap = st.snapshot()
         t0 = time.perf_counter()
-        plan = self.policy.plan(snap, cap, cfg.params, cfg.tenants, now, validate=False)
+        plan, held = self._decide(snap, cap, now)
         plan_s = time.perf_counter() - t0
         rows = st.rows_of(plan.sched_ids)  # shared by apply, the cost model and advance
         swap_ins = st.counters.swap_ins
@@ -261,7 +266,7 @@ class Simulator:
         price = cm.price_step(tokens, st.num_computed[rows], decode, moves.h2d_blocks, len(moves.swap_out),
                               len(moves.sync))
         wall = cfg.host.wall_s(price, plan.victim_d2h, plan.swap_blocks, len(moves.sync))
-        t_end = now + wall + self._host_s(snap, cap, tokens, now, st.counters.swap_ins - swap_ins)
+        t_end = now + wall + self._host_s(snap, cap, tokens, now, st.counters.swap_ins - swap_ins, held)
         self.max_h2d = max(self.max_h2d, moves.h2d_blocks)
         self.max_d2h = max(self.max_d2h, moves.d2h_blocks)
         self.max_used = max(self.max_used, st.ledger.hbm.used)
@@ -269,9 +274,23 @@ class Simulator:
         sampled = st.advance(plan, t_end, rows)
         return StepResult(now, t_end, plan, snap, moves, price, plan_s, sampled)
 
-    def _host_s(self, snap: Snapshot, cap: Capacity, sched_tokens: np.ndarray, now: float, resumes: int) -> float:
+    def _decide(self, snap: Snapshot, cap: Capacity, now: float) -> tuple[Plan, bool]:
+        """This step's plan, and whether it held the batch unplanned (:mod:`superinfer.core.gate`, as the
+        plugin decides it)."""
+        cfg, pol, gate, version = self.cfg, self.policy, self.gate, self.state.version
+        if pol.gated and gate.may_hold(version, cfg.params.replan_steps) and batch_holds(snap, cap):
+            gate.held()
+            self.held_steps += 1
+            return pol.hold(snap, cap, cfg.params, cfg.tenants, now), True
+        plan = pol.plan(snap, cap, cfg.params, cfg.tenants, now, validate=False)
+        if pol.gated:
+            gate.planned(decided_nothing(plan, int(np.count_nonzero(snap.phase == Phase.RUNNING))), version)
+        return plan, False
+
+    def _host_s(self, snap: Snapshot, cap: Capacity, sched_tokens: np.ndarray, now: float, resumes: int,
+                held: bool = False) -> float:
         """The iteration's host terms (:class:`HostCosts`); called once the plan's blocks have moved, with the
-        number of swap-ins it started."""
+        number of swap-ins it started; ``held``: the step served its batch without planning."""
         host, cfg, st = self.cfg.host, self.cfg, self.state
         extra = host.step_s + host.output_s + host.output_per_seq_s * sched_tokens.shape[0] + host.resume_s * resumes
         if host.waiting_s > 0 and np.any(st.phase[st.live_rows()] != Phase.RUNNING):
@@ -280,7 +299,7 @@ class Simulator:
             extra += host.wake_s(self._idle_s)
             self._idle_s = 0.0
         tokens = int(sched_tokens.sum())
-        if (host.plan_s > 0 or host.plan_per_live_s > 0) and not nothing_to_plan(snap, cap) \
+        if (host.plan_s > 0 or host.plan_per_live_s > 0) and not held and not nothing_to_plan(snap, cap) \
                 and not self.policy.only_serves_batch(snap, cap, cfg.params, cfg.tenants, now):
             extra += host.plan_s + host.plan_per_live_s * len(snap)
         if host.new_shape_s > 0 and tokens and not self._run_shape(tokens):
@@ -367,7 +386,7 @@ class Simulator:
             iterations=iterations,
             sim_s=now,
             wall_s=wall,
-            counters={**vars(st.counters), "shed_predicted": self.n_refused},
+            counters={**vars(st.counters), "shed_predicted": self.n_refused, "held_steps": self.held_steps},
             max_swap_in_blocks_per_iter=self.max_h2d,
             max_swap_out_blocks_per_iter=self.max_d2h,
             max_hbm_blocks_used=self.max_used,

@@ -61,6 +61,7 @@ def run_metrics(tr: Trace, tenants: TenantTable, duration_s: float) -> dict:
         "shed_share": float(shed.mean()) if n else 0.0,
         "shed_with_kv": int(tr.counters.get("shed_with_kv", 0)),
         "shed_predicted": int(tr.counters.get("shed_predicted", 0)),
+        "held_steps": int(tr.counters.get("held_steps", 0)),  # steps served unplanned (superinfer.core.gate)
         "ttft_attainment": float(ttft_ok.mean()) if n else 0.0,
         "tbt_attainment": float(tbt_ok.mean()) if n else 0.0,
         "tbt_gap_attainment": float(gap_ok.mean()) if tr.gaps.size else 1.0,

@@ -34,10 +34,11 @@ from vllm.v1.core.sched.request_queue import SchedulingPolicy, create_request_qu
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import RequestStatus
 
-from superinfer.core import Capacity, Plan, RequestTable, Snapshot, batch_token_budget, get_policy, nothing_to_plan, rank_order
+from superinfer.core import (Capacity, Phase, Plan, PlanGate, RequestTable, Snapshot, batch_holds, batch_token_budget,
+                             decided_nothing, get_policy, nothing_to_plan, rank_order)
 from superinfer.vllm.connector import DuplexKVConnector, connector_extra
 from superinfer.vllm.params import ENV_CALIBRATION, ENV_PARAMS_FILE, LiveParams, ParamSource, load_step_model
-from superinfer.vllm.stats import ENV_STATS_FILE, StatsFile
+from superinfer.vllm.stats import ENV_STATS_FILE, StatsFile, add_plan_time
 from superinfer.vllm.stepfit import OnlineStepFit
 from superinfer.vllm.steplog import StepLog
 from superinfer.vllm.tenants import RequestTenants
@@ -49,6 +50,7 @@ _MAX_PLAN_ERROR_LOGS = 5
 #: validate the snapshot on one plan in this many (the first included); a full check costs about a third
 #: of a small batch's plan, and the table it checks is the plugin's own
 _VALIDATE_EVERY = 16
+_RUNNING = int(Phase.RUNNING)
 
 
 class RotaScheduler(Scheduler):
@@ -81,6 +83,7 @@ class RotaScheduler(Scheduler):
         self._pre_computed: dict[str, int] = {}
         self.tenants = RequestTenants(self.stats)
         self._vlt_by_row = np.zeros(0)
+        self.gate = PlanGate()  # bounded staleness between plans (superinfer.core.gate), as the twin's
         self.step_log: StepLog | None = None  # a bench's per-step record (superinfer.vllm.steplog); off by default
 
     # -- requests in and out ---------------------------------------------------------------------
@@ -129,11 +132,15 @@ class RotaScheduler(Scheduler):
         self.stats["steps"] += 1
         self._refresh()
         self._d2h_left = live.b_xfer
-        self.max_num_scheduled_tokens = self._token_budget(live, now)  # vLLM's pass reads it as its budget
-        try:
-            out = self._schedule_step(live, now, args, kwargs)
-        finally:
-            self.max_num_scheduled_tokens = self._max_tokens
+        snap = self.table.snapshot()
+        if self._holds(snap, live):
+            out = self._schedule_with([], args, kwargs)  # decodes only: the token budget would not cut them
+        else:
+            self.max_num_scheduled_tokens = self._token_budget(live, now)  # vLLM's pass reads it as its budget
+            try:
+                out = self._schedule_step(snap, live, now, args, kwargs)
+            finally:
+                self.max_num_scheduled_tokens = self._max_tokens
         self._after_schedule(out, now)
         self.step_fit.begin(t0_ns, out.num_scheduled_tokens, self.requests)
         if self.stats_file.due():
@@ -143,20 +150,30 @@ class RotaScheduler(Scheduler):
                               self.stats["plan_timed"], len(self.table), len(self.waiting))
         return out
 
-    def _schedule_step(self, live: LiveParams, now: float, args: tuple, kwargs: dict) -> Any:
-        snap = self.table.snapshot()
+    def _holds(self, snap: Snapshot, live: LiveParams) -> bool:
+        """Whether this step serves the running batch without planning (:mod:`superinfer.core.gate`)."""
+        if not (self.core_policy.gated and self.gate.may_hold(self.table.version, live.params.replan_steps)):
+            return False
+        if self.kv_holding_waiting or not batch_holds(snap, self._capacity(snap, live)):
+            return False
+        self.gate.held()
+        self.stats["held_steps"] += 1
+        return True
+
+    def _schedule_step(self, snap: Snapshot, live: LiveParams, now: float, args: tuple, kwargs: dict) -> Any:
+        version, gate = self.table.version, self.gate
         cap = self._capacity(snap, live)
+        gate.planned(False, version)  # unless the step turns out to decide nothing, below
         if not self.waiting and not self.kv_holding_waiting and nothing_to_plan(snap, cap):
-            # Every request runs and fits, nothing to copy: the plan would be "serve the batch", so skip
-            # it (on a small model its cost is a fifth of a decode step, and slower steps mean more KV held).
+            # Every request runs and fits, nothing to copy: the plan would be "serve the batch"; skip it.
             self.stats["quiet_steps"] += 1
             self.last_plan = None
             return super().schedule(*args, **kwargs)
         if self.core_policy.only_serves_batch(snap, cap, live.params, self.tenants.table(live), now):
-            # Requests wait, but none fits and nobody may make room: the plan would serve the batch and
-            # hold the waiting queue back; do that without planning.
+            # Requests wait, but none fits and nobody may make room: serve the batch without planning.
             self.stats["blocked_steps"] += 1
             self.last_plan = None
+            gate.planned(True, version)
             return self._schedule_with([], args, kwargs)
         t0 = time.perf_counter_ns()
         plan = self._plan(snap, cap, live, now)
@@ -165,23 +182,13 @@ class RotaScheduler(Scheduler):
             self.stats["fallback_steps" if plan is not None else "stock_steps"] += 1
             if plan is not None:
                 self._apply_syncs(plan)
-            self._time_plan(t0, len(snap))
+            add_plan_time(self.stats, t0, len(snap))
             return super().schedule(*args, **kwargs)
         self.stats["pressure_steps"] += 1
+        gate.planned(decided_nothing(plan, int(np.count_nonzero(snap.phase == _RUNNING))), version)
         admitted = self._apply(plan)
-        self._time_plan(t0, len(snap))
+        add_plan_time(self.stats, t0, len(snap))
         return self._schedule_with(admitted, args, kwargs)
-
-    def _time_plan(self, t0_ns: int, live: int) -> None:
-        """Accumulate the plan's wall time (plan and apply, ns) against the live requests: the sums of a
-        least-squares line ``ns = a + b * live`` (the twin's ``host_plan`` term)."""
-        ns = time.perf_counter_ns() - t0_ns
-        st = self.stats
-        st["plan_timed"] += 1
-        st["plan_ns"] += ns
-        st["plan_live"] += live
-        st["plan_live_sq"] += live * live
-        st["plan_ns_x_live"] += ns * live
 
     def _token_budget(self, live: LiveParams, now: float) -> int:
         """RotaSched v2's SLO-aware token budget (as the twin's), with the calibration file's fit as the
@@ -334,9 +341,7 @@ class RotaScheduler(Scheduler):
             scheduled = int(out.num_scheduled_tokens.get(rid, 0))
             start = int(self.requests[rid].num_computed_tokens) - scheduled  # _update_after_schedule ran
             before = self._pre_computed.pop(rid, 0)
-            self.stats["resumed"] += 1
-            self.stats["resumed_scheduled_tokens"] += scheduled
-            self.stats["recomputed_tokens"] += max(0, before - start)
+            self.stats.update(resumed=1, resumed_scheduled_tokens=scheduled, recomputed_tokens=max(0, before - start))
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         outputs = super().update_from_output(scheduler_output, model_runner_output)
@@ -359,14 +364,11 @@ class RotaScheduler(Scheduler):
     def plan_now(self, now: float | None = None) -> Plan | None:
         """Re-read the params file now and plan without applying (observability, tests)."""
         self.param_source.poll()
-        self._refresh_rows_only()
-        live, snap = self.param_source.live, self.table.snapshot()
-        return self._plan(snap, self._capacity(snap, live), live, self.clock() if now is None else now)
-
-    def _refresh_rows_only(self) -> None:
         residency = self.table.residency.copy()
         self._refresh()
         self.table.residency[:] = residency  # not an iteration: do not advance residency
+        live, snap = self.param_source.live, self.table.snapshot()
+        return self._plan(snap, self._capacity(snap, live), live, self.clock() if now is None else now)
 
     # -- observability -----------------------------------------------------------------------------
     def ranking(self, top: int | None = None, plan: Plan | None = None) -> list[tuple[str, float]]:
@@ -384,9 +386,7 @@ class RotaScheduler(Scheduler):
                                "queues": dict(zip(("waiting", "rotary", "running"), self.table.phase_counts())),
                                "step_model": {"source": "file" if self.step_model else "online"} | self.step_fit.stats()}
         if self.ledger is not None:
-            out["ledger"] = dict(self.ledger.stats)
-            out["host_free"] = self.ledger.free
-            out["host_capacity"] = self.ledger.capacity
+            out.update(ledger=dict(self.ledger.stats), host_free=self.ledger.free, host_capacity=self.ledger.capacity)
         return out
 
     def _write_stats(self) -> None:

@@ -11,10 +11,22 @@ import json
 import logging
 import os
 import time
+from collections import Counter
 from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 ENV_STATS_FILE = "SUPERINFER_STATS_FILE"
+
+
+def add_plan_time(stats: Counter[str], t0_ns: int, live: int) -> None:
+    """Accumulate a plan's wall time (plan and apply, ns, since ``t0_ns``) against the live requests: the sums
+    of a least-squares line ``ns = a + b * live`` (the twin's ``host_plan`` term)."""
+    ns = time.perf_counter_ns() - t0_ns
+    stats["plan_timed"] += 1
+    stats["plan_ns"] += ns
+    stats["plan_live"] += live
+    stats["plan_live_sq"] += live * live
+    stats["plan_ns_x_live"] += ns * live
 
 
 class StatsFile:

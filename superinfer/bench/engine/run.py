@@ -39,7 +39,8 @@ from superinfer.bench.engine.text import echo_summary
 from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS
 from superinfer.sim.options import start_s_option, with_start
 
-#: RotaScheduler's sums of its plans' wall time against the live requests (``RotaScheduler._time_plan``)
+#: RotaScheduler's sums of its plans' wall time against the live requests
+#: (``superinfer.vllm.stats.add_plan_time``)
 PLAN_SUMS = ("plan_timed", "plan_ns", "plan_live", "plan_live_sq", "plan_ns_x_live")
 
 

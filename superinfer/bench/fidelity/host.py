@@ -12,7 +12,7 @@ here on the same engine settings, apart from the runs the twin is compared with:
   replay (:func:`superinfer.bench.fidelity.steps.waiting_line`: the probe's one waiting request soon stops
   being a candidate, a queue of a real run does not);
 * ``plan_s`` + ``plan_per_live_s`` x live requests -- the plugin's own timing of its plans (plan and apply,
-  ``RotaScheduler._time_plan``) over a probe replay of the same workload on a seed no compared run uses,
+  ``superinfer.vllm.stats.add_plan_time``) over a probe replay of the same workload on a seed no compared run uses,
   as a least-squares line in the number of live requests (:func:`plan_line`);
 * ``arrival_s`` -- the median time of ``LLMEngine.add_request`` for a prompt of the median length right after
   a step, as the replay adds a request (input processing, serial with the engine loop), the same for every
