@@ -206,7 +206,7 @@ def test_no_source_file_over_the_limit() -> None:
 #: what vLLM loads: the plugin's scheduler and connector and the modules they import (``superinfer.vllm``'s
 #: ``__init__`` resolves the class paths; compat checks the vLLM version)
 PLUGIN_MODULES = frozenset({"__init__", "scheduler", "connector", "kvworker", "kvmeta", "ledger", "params", "tenants",
-                            "stats", "stepfit", "steplog", "compat"})
+                            "stats", "stepfit", "steplog", "compat", "mirror"})
 
 
 def test_vllm_holds_only_the_plugin() -> None:

@@ -23,26 +23,29 @@ predicts stays what the plugin does.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from superinfer.core.types import Capacity, Phase, Plan, Snapshot
+from superinfer.core.types import Phase, Plan
 
 _RUNNING = int(Phase.RUNNING)
 
 
-def batch_holds(snap: Snapshot, cap: Capacity) -> bool:
+def batch_holds(cols: Any, rows: np.ndarray, free_blocks: int, token_budget: int, block_size: int) -> bool:
     """True when serving the running batch as it stands needs no decision: some request runs, none is
     loading (``busy`` or ``h2d_pending``), every running request decodes one token, and their growth fits in
-    the free blocks and the token budget."""
-    running = snap.phase == _RUNNING
-    if not running.any() or np.any(snap.busy) or np.any(snap.h2d_pending > 0):
+    the free blocks and the token budget. ``cols``: a :class:`~superinfer.core.types.Snapshot` or a
+    :class:`~superinfer.core.table.RequestTable` (the same column names), ``rows`` its live rows (so an engine
+    may ask before it gathers a snapshot)."""
+    rr = rows[cols.phase[rows] == _RUNNING]
+    if rr.shape[0] == 0 or rr.shape[0] > token_budget or np.any(cols.busy[rows]) or np.any(cols.h2d_pending[rows]):
         return False
-    rr = np.flatnonzero(running)
-    if np.any(snap.num_tokens[rr] - snap.num_computed[rr] != 1) or rr.shape[0] > cap.token_budget:
+    computed = cols.num_computed[rr]
+    if np.any(cols.num_tokens[rr] - computed != 1):
         return False
-    bs = cap.block_size
-    growth = np.maximum((snap.num_computed[rr] + bs) // bs - snap.blocks_hbm[rr], 0)
-    return int(growth.sum()) <= cap.free_blocks
+    growth = np.maximum((computed + block_size) // block_size - cols.blocks_hbm[rr], 0)
+    return int(growth.sum()) <= free_blocks
 
 
 def decided_nothing(plan: Plan, running: int) -> bool:

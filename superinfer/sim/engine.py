@@ -278,7 +278,8 @@ class Simulator:
         """This step's plan, and whether it held the batch unplanned (:mod:`superinfer.core.gate`, as the
         plugin decides it)."""
         cfg, pol, gate, version = self.cfg, self.policy, self.gate, self.state.version
-        if pol.gated and gate.may_hold(version, cfg.params.replan_steps) and batch_holds(snap, cap):
+        if pol.gated and gate.may_hold(version, cfg.params.replan_steps) and \
+                batch_holds(snap, np.arange(len(snap)), cap.free_blocks, cap.token_budget, cap.block_size):
             gate.held()
             self.held_steps += 1
             return pol.hold(snap, cap, cfg.params, cfg.tenants, now), True

@@ -37,6 +37,7 @@ from vllm.v1.request import RequestStatus
 from superinfer.core import (Capacity, Phase, Plan, PlanGate, RequestTable, Snapshot, batch_holds, batch_token_budget,
                              decided_nothing, get_policy, nothing_to_plan, rank_order)
 from superinfer.vllm.connector import DuplexKVConnector, connector_extra
+from superinfer.vllm.mirror import refresh_ledger, refresh_running
 from superinfer.vllm.params import ENV_CALIBRATION, ENV_PARAMS_FILE, LiveParams, ParamSource, load_step_model
 from superinfer.vllm.stats import ENV_STATS_FILE, StatsFile, add_plan_time
 from superinfer.vllm.stepfit import OnlineStepFit
@@ -130,12 +131,13 @@ class RotaScheduler(Scheduler):
         if self.step_log is not None:
             self.step_log.begin()
         self.stats["steps"] += 1
-        self._refresh()
+        refresh_running(self.table, self.running, self._r2b, self.kv_holding_waiting)
         self._d2h_left = live.b_xfer
-        snap = self.table.snapshot()
-        if self._holds(snap, live):
+        if self._holds(live):
             out = self._schedule_with([], args, kwargs)  # decodes only: the token budget would not cut them
         else:
+            refresh_ledger(self.table, self.running, self.ledger)
+            snap = self.table.snapshot()
             self.max_num_scheduled_tokens = self._token_budget(live, now)  # vLLM's pass reads it as its budget
             try:
                 out = self._schedule_step(snap, live, now, args, kwargs)
@@ -150,11 +152,15 @@ class RotaScheduler(Scheduler):
                               self.stats["plan_timed"], len(self.table), len(self.waiting))
         return out
 
-    def _holds(self, snap: Snapshot, live: LiveParams) -> bool:
-        """Whether this step serves the running batch without planning (:mod:`superinfer.core.gate`)."""
-        if not (self.core_policy.gated and self.gate.may_hold(self.table.version, live.params.replan_steps)):
+    def _holds(self, live: LiveParams) -> bool:
+        """Whether this step serves the running batch without planning (:mod:`superinfer.core.gate`); asked of
+        the table before any snapshot, as cheaply as it can be."""
+        t = self.table
+        if not (self.core_policy.gated and self.gate.may_hold(t.version, live.params.replan_steps)):
             return False
-        if self.kv_holding_waiting or not batch_holds(snap, self._capacity(snap, live)):
+        rows = t.live_rows()
+        if self.kv_holding_waiting or not batch_holds(t, rows, self._plannable_free(int(t.blocks_hbm[rows].sum())),
+                                                      self._max_tokens, self.block_size):
             return False
         self.gate.held()
         self.stats["held_steps"] += 1
@@ -206,9 +212,12 @@ class RotaScheduler(Scheduler):
             self.stats["budget_cut_steps"] += 1
         return budget
 
+    def _plannable_free(self, used: int) -> int:
+        """Device blocks free for the plan, given the ``used`` blocks the table counts."""
+        return min(self.kv_cache_manager.block_pool.get_num_free_blocks(), max(0, self._hbm_blocks - used))
+
     def _capacity(self, snap: Snapshot, live: LiveParams) -> Capacity:
-        used = int(snap.blocks_hbm.sum())
-        free = min(self.kv_cache_manager.block_pool.get_num_free_blocks(), max(0, self._hbm_blocks - used))
+        free = self._plannable_free(int(snap.blocks_hbm.sum()))
         if self.kv_holding_waiting:  # async loads: vLLM resumes them first, each taking its next token's block
             bs, r2b = self.block_size, self._r2b
             growth = sum(max(0, -(-r.num_tokens // bs) - len(r2b.get(r.request_id, ()))) for r in self.kv_holding_waiting)
@@ -235,28 +244,6 @@ class RotaScheduler(Scheduler):
             if self.stats["plan_errors"] <= _MAX_PLAN_ERROR_LOGS:
                 log.error("RotaScheduler: core plan failed, running stock vLLM this step: %r", exc)
             return None
-
-    def _refresh(self) -> None:
-        """Running requests changed last step: copy their counts into the table."""
-        t = self.table
-        t.tick()
-        run = self.running
-        if run:
-            n = len(run)
-            r2b = self._r2b
-            rows = t.rows_of_keys([r.request_id for r in run])
-            t.num_tokens[rows] = np.fromiter((r.num_tokens for r in run), np.int64, n)
-            t.num_computed[rows] = np.fromiter((r.num_computed_tokens for r in run), np.int64, n)
-            t.blocks_hbm[rows] = np.fromiter((len(r2b.get(r.request_id, ())) for r in run), np.int64, n)
-            if self.ledger is not None:
-                counts = self.ledger.counts
-                c = np.array([counts(r.request_id) for r in run], np.int64).reshape(n, 3)
-                t.blocks_dram[rows], t.synced[rows], t.syncing[rows] = c[:, 0], c[:, 1], c[:, 2]
-        for r in self.kv_holding_waiting:  # async loads in flight: hold blocks, not plannable
-            i = t.get_row(r.request_id)
-            if i is not None:
-                t.busy[i] = True
-                t.blocks_hbm[i] = len(self._r2b.get(r.request_id, ()))
 
     def _apply_syncs(self, plan: Plan) -> None:
         if self.ledger is None or plan.sync_ids.shape[0] == 0:
@@ -348,24 +335,21 @@ class RotaScheduler(Scheduler):
         self.step_fit.end()
         now = self.clock()
         t, reqs = self.table, self.requests
-        rows, counts = [], []
-        for rid in scheduler_output.num_scheduled_tokens:
-            r = t.get_row(rid)
-            if r is None:
-                continue  # finished this step
-            n = reqs[rid].num_output_tokens
-            if n != t.outputs[r]:
-                rows.append(r)
-                counts.append(n)
-        if rows:
-            t.token_sampled(np.array(rows, np.int64), now, np.array(counts, np.int64))
+        keys = [rid for rid in scheduler_output.num_scheduled_tokens if rid in t]  # not finished this step
+        if keys:
+            rows = t.rows_of_keys(keys)
+            counts = np.fromiter((reqs[k].num_output_tokens for k in keys), np.int64, len(keys))
+            sampled = counts != t.outputs[rows]
+            if sampled.any():
+                t.token_sampled(rows[sampled], now, counts[sampled])
         return outputs
 
     def plan_now(self, now: float | None = None) -> Plan | None:
         """Re-read the params file now and plan without applying (observability, tests)."""
         self.param_source.poll()
         residency = self.table.residency.copy()
-        self._refresh()
+        refresh_running(self.table, self.running, self._r2b, self.kv_holding_waiting)
+        refresh_ledger(self.table, self.running, self.ledger)
         self.table.residency[:] = residency  # not an iteration: do not advance residency
         live, snap = self.param_source.live, self.table.snapshot()
         return self._plan(snap, self._capacity(snap, live), live, self.clock() if now is None else now)

@@ -22,11 +22,15 @@ from tests.core.test_nothing_to_plan import NOW, TENANTS, blocked_states
 LVF = get_policy("lvf")
 
 
+def holds(s, c) -> bool:
+    return batch_holds(s, np.arange(len(s)), c.free_blocks, c.token_budget, c.block_size)
+
+
 @settings(max_examples=400, deadline=None)
 @given(blocked_states())
 def test_where_the_batch_holds_and_only_the_batch_can_be_served_holding_is_the_plan(state) -> None:
     s, c, params = state
-    if not batch_holds(s, c):
+    if not holds(s, c):
         return
     for name, policy in POLICIES.items():
         hold = policy.hold(s, c, params, TENANTS, NOW)
@@ -38,7 +42,7 @@ def test_where_the_batch_holds_and_only_the_batch_can_be_served_holding_is_the_p
 @given(blocked_states())
 def test_a_hold_plan_serves_every_running_decode_with_its_growth_and_nothing_else(state) -> None:
     s, c, params = state
-    if not batch_holds(s, c):
+    if not holds(s, c):
         return
     rr = np.flatnonzero(s.phase == Phase.RUNNING)
     p = LVF.hold(s, c, params, TENANTS, NOW)
@@ -51,14 +55,14 @@ def test_a_hold_plan_serves_every_running_decode_with_its_growth_and_nothing_els
 
 def test_the_batch_does_not_hold_where_a_decision_is_needed() -> None:
     decodes = [running(i, tokens=2 * BS, t_arr=NOW - 5) for i in range(3)]  # each grows into a new block
-    assert batch_holds(snap(*decodes), cap(3))
-    assert not batch_holds(snap(*decodes), cap(2)), "the growth does not fit: a victim is forced"
-    assert not batch_holds(snap(*decodes), cap(3, tokens=2)), "the decodes exceed the token budget"
+    assert holds(snap(*decodes), cap(3))
+    assert not holds(snap(*decodes), cap(2)), "the growth does not fit: a victim is forced"
+    assert not holds(snap(*decodes), cap(3, tokens=2)), "the decodes exceed the token budget"
     prefill = running(9, tokens=BS, prefill_left=5, t_arr=NOW)
-    assert not batch_holds(snap(*decodes, prefill), cap(30)), "a prefill chunk to size"
-    assert not batch_holds(snap(*decodes, running(9, tokens=BS - 1, busy=True)), cap(30)), "a copy in flight"
-    assert not batch_holds(snap(waiting(1, t_arr=NOW)), cap(30)), "nothing runs"
-    assert batch_holds(snap(*decodes, waiting(9, prompt=40 * BS, t_arr=NOW)), cap(3)), "a waiting request alone"
+    assert not holds(snap(*decodes, prefill), cap(30)), "a prefill chunk to size"
+    assert not holds(snap(*decodes, running(9, tokens=BS - 1, busy=True)), cap(30)), "a copy in flight"
+    assert not holds(snap(waiting(1, t_arr=NOW)), cap(30)), "nothing runs"
+    assert holds(snap(*decodes, waiting(9, prompt=40 * BS, t_arr=NOW)), cap(3)), "a waiting request alone"
 
 
 def _nothing() -> Plan:

@@ -175,7 +175,8 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
                           swap_out_blocks=int(led.get("swap_out_blocks", 0)), sync_blocks=int(led.get("sync_blocks", 0)),
                           recompute_fallbacks=int(led.get("recompute_fallbacks", 0)),
                           fallback_tokens=int(led.get("fallback_tokens", 0)))
-            counters.update(rotations=engine["rotations"], recompute_fallbacks=engine["recompute_fallbacks"])
+            counters.update(rotations=engine["rotations"], recompute_fallbacks=engine["recompute_fallbacks"],
+                            held_steps=int(sc.get("held_steps", 0)))
             engine["plan_sums"] = {k: int(sc.get(k, 0)) for k in PLAN_SUMS}
     if len(kvworker.CLOSED) > closed:  # an in-process engine's KV worker: its connector cost sums
         worker = kvworker.CLOSED[-1]

@@ -1,0 +1,46 @@
+"""The plugin's copy of vLLM's request state in the core's :class:`~superinfer.core.RequestTable`.
+
+vLLM owns the requests (tokens, computed tokens, blocks); the connector's ledger owns the host copies. Each
+step, before the core looks at the table, :func:`refresh_running` copies what the running requests did last
+step; :func:`refresh_ledger` copies their host-block counts, which only a plan reads (a step that holds the
+batch skips it: ``superinfer.core.gate``). Requests that are not running change only on events (arrival,
+preemption, admission, finish), which the scheduler writes into the table as they happen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from superinfer.core import RequestTable
+
+
+def refresh_running(t: RequestTable, running: Sequence[Any], r2b: Mapping[str, Sequence[Any]],
+                    loading: Iterable[Any]) -> None:
+    """One iteration passed (residency advances); copy the ``running`` requests' token counts and device
+    blocks (``r2b``: vLLM's request -> blocks map); mark requests whose KV is still ``loading`` (asynchronous
+    loads in flight) busy: they hold blocks and cannot be planned."""
+    t.tick()
+    if running:
+        n = len(running)
+        rows = t.rows_of_keys([r.request_id for r in running])
+        t.num_tokens[rows] = np.fromiter((r.num_tokens for r in running), np.int64, n)
+        t.num_computed[rows] = np.fromiter((r.num_computed_tokens for r in running), np.int64, n)
+        t.blocks_hbm[rows] = np.fromiter((len(r2b.get(r.request_id, ())) for r in running), np.int64, n)
+    for r in loading:
+        i = t.get_row(r.request_id)
+        if i is not None:
+            t.busy[i] = True
+            t.blocks_hbm[i] = len(r2b.get(r.request_id, ()))
+
+
+def refresh_ledger(t: RequestTable, running: Sequence[Any], ledger: Any) -> None:
+    """The ``running`` requests' host blocks, synced and syncing counts, from the connector's ``ledger``
+    (:class:`~superinfer.vllm.ledger.HostLedger`; None: no host tier)."""
+    if running and ledger is not None:
+        counts, n = ledger.counts, len(running)
+        c = np.array([counts(r.request_id) for r in running], np.int64).reshape(n, 3)
+        rows = t.rows_of_keys([r.request_id for r in running])
+        t.blocks_dram[rows], t.synced[rows], t.syncing[rows] = c[:, 0], c[:, 1], c[:, 2]
