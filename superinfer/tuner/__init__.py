@@ -1,10 +1,11 @@
 """The online tuner (issue 11): a guarded, clock-agnostic controller of the scheduler's live knobs.
 
-The controller modules here (``controller``, ``controls``, ``tracking``, ``trials``, ``switchback``,
-``measure``, ``objective``, ``stats``, ``phase``, ``bandit``, ``local``, ``space``, ``arms``, ``freeze``, ``decisions``, ``snapshot``,
-``config``) import only the core, numpy and Optuna: no daemon, no simulator, no torch, no vLLM
-(``tests/tuner/test_imports.py``). ``offline/`` (``superinferd tune``) and ``bench/`` (``superinferd
-bench tuner``) drive the twin and import the simulator. docs/tuner.md has the design and the numbers.
+The controller modules here (``controller`` and its collaborators ``tracking``, ``baseline``,
+``trials``, ``chooser``; ``switchback``, ``measure``, ``objective``, ``stats``, ``phase``, ``bandit``, ``local``,
+``space``, ``arms``, ``freeze``, ``decisions``, ``snapshot``, ``config``) import only the core, numpy and Optuna: no
+daemon, no simulator, no torch, no vLLM (``tests/tuner/test_imports.py``). ``offline/`` (``superinferd tune``) and
+``bench/`` (``superinferd bench tuner``) drive the twin and import the simulator.
+docs/tuner.md has the design and the numbers.
 """
 
 from superinfer.tuner.arms import Arm, Arms, ArmsError, load_arms, save_arms

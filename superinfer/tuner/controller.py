@@ -24,36 +24,50 @@ Invariants: every setting written is within ``PARAM_BOUNDS``, and is either the 
 (or jumped-to arm) that moves no tuned knob by more than its step cap from the incumbent
 (``arm_step_factor`` caps for an offline study's arm and a revert of one; ``KnobSpace``); at most one trial runs at a time; a rollback writes the incumbent in
 the same :meth:`tick` in which the guard fired.
+
+Collaborators, each owning its state and returning what it found; the controller acts on them (the
+mode, the state, the incumbent, writes and the decision log are its own): :class:`TrafficTracker`
+(``tracking``: closed feature slots -> a change or a phase name; the load), :class:`BaselineWatch`
+(``baseline``: the incumbent's observation window -> the baseline), :class:`Trials` (``trials``: the
+running trial -> the settings of its slots, a :class:`Verdict`), :class:`Chooser` (``chooser``: bandit,
+local search, budget -> a :class:`Proposal`, a :class:`Hold` or a :class:`Jump`). :meth:`tick` reads
+measure (traffic, load) -> judge (the trial) or observe -> decide -> write.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable, Mapping
+from typing import Any
 
-from superinfer.tuner.arms import Arms, empty_arms, merge_params
+from superinfer.tuner.arms import Arms, empty_arms
 from superinfer.tuner.bandit import DiscountedThompson
+from superinfer.tuner.baseline import BaselineWatch
 from superinfer.tuner.budget import ExplorationBudget
-from superinfer.tuner.config import TunerConfig
-from superinfer.tuner.controls import OperatorControls
-from superinfer.tuner.tracking import TrafficTracking
+from superinfer.tuner.chooser import Chooser, Hold, Jump, Proposal
+from superinfer.tuner.config import MODES, TunerConfig, TunerConfigError
 from superinfer.tuner.decisions import Decision, Trial
-from superinfer.tuner.trials import TrialRunner
 from superinfer.tuner.freeze import Freeze
 from superinfer.tuner.local import LocalSearch
 from superinfer.tuner.measure import Measurements
-from superinfer.tuner.objective import Score, Window
-from superinfer.tuner.phase import PageHinkley
+from superinfer.tuner.objective import Score
 from superinfer.tuner.space import KnobSpace
+from superinfer.tuner.tracking import Load, PhaseNamed, TrafficChange, TrafficTracker
+from superinfer.tuner.trials import Trials, Verdict
 
 Writer = Callable[[dict[str, float | int]], None]
-PRIOR_LOCAL, PRIOR_PHASE, PRIOR_ROBUST = (1.0, 1.0), (4.0, 1.0), (2.0, 1.0)
+_CURRENT: Any = object()  # _log's default phase: the one the tracker names now
 
 
-class Controller(OperatorControls, TrafficTracking, TrialRunner):
+class Controller:
     """See the module docstring. ``tenants``: name -> (TTFT SLO in s, weight); ``incumbent``: the live
-    knob values at start (every tuned knob)."""
+    knob values at start (every tuned knob).
+
+    It owns what it acts on: ``mode``, ``state``, ``incumbent``, ``applied`` (the setting in force: the
+    incumbent whenever no trial runs), ``candidate``, ``cooldown_until``, the counters and the decision
+    log; the rest is its collaborators' (read-only properties: ``trial``, ``baseline``, ``epoch``,
+    ``phase``, ``jumped``, ``bandit``, ``budget``, ``local``). Every write goes through :meth:`_apply`
+    (and reaches ``writer`` only in ``auto``), every decision through :meth:`_log`."""
 
     def __init__(self, cfg: TunerConfig, tenants: Mapping[str, tuple[float, float]], incumbent: Mapping[str, float],
                  *, writer: Writer | None = None, arms: Arms | None = None, now: float = 0.0,
@@ -67,49 +81,59 @@ class Controller(OperatorControls, TrafficTracking, TrialRunner):
         self.arms = arms or empty_arms()
         self.m = Measurements(tenants, cfg.slot_s, cfg.settle_s, cfg.max_settle_s, now)
         self.freeze = Freeze(cfg.max_rollbacks_per_hour)
-        self.ph = PageHinkley(cfg.ph_delta, cfg.ph_lambda)
-        self.bandit = DiscountedThompson(cfg.gamma, cfg.explore_threshold, cfg.seed)
-        self.bandit.ensure("local", PRIOR_LOCAL)
-        for name in self.arms.phases:
-            self.bandit.ensure(f"arm:{name}", PRIOR_PHASE)
-        if self.arms.robust is not None:
-            self.bandit.ensure("arm:robust", PRIOR_ROBUST)
-        self.budget = ExplorationBudget(cfg.explore_budget)
-        self.local = LocalSearch(self.space, cfg.trust_region, cfg.seed, storage, study_name)
+        self.traffic = TrafficTracker(cfg, self.arms)
+        self.watch = BaselineWatch(cfg, self.m, now)
+        self.trials = Trials(cfg, self.m)
+        self.chooser = Chooser(cfg, self.space, self.arms, storage, study_name)
         self.on_decision = on_decision
         self.mode = cfg.mode
         self.state = "off" if self.mode == "off" else "observe"
         self.decisions: deque[Decision] = deque(maxlen=200)
         self.decision_count = 0
-        self.trial: Trial | None = None
         self.candidate: dict[str, float] | None = None  # the trial's setting, or advise's recommendation
-        # after a jump, until its first window is checked: (the replaced setting, the study's score for it
-        # in the phase, the epoch, the phase)
-        self.jumped: tuple[dict[str, float], float, int, str] | None = None
-        self.baseline: Score | None = None  # the incumbent's last measurement in this traffic
-        self.baseline_epoch = -1
-        self.proposable = False
-        self.obs: Window | None = None  # opened at the first arrival (the traffic's start is a change too)
-        self.started = False
-        self.changed_at = now
         self.cooldown_until = now
-        self.epoch = 0
-        self.phase: str | None = None
-        self.phase_slots: list[dict[str, float]] = []
-        self.pending_classify: int | None = cfg.classify_slots  # at start, as after a change: name, jump
-        self.classify_tries = 0
-        self.recent: deque[dict[str, float]] = deque(maxlen=max(1, int(math.ceil(cfg.window_s / cfg.slot_s))))
         self.counts = {"trials": {}, "rollbacks": {}, "phase_changes": 0, "windows": 0, "jumps": 0}
         self.objective: dict[str, float | None] = {"incumbent": None, "candidate": None}
         self.explore_s = 0.0
         self.observed_s = 0.0
         self._last_tick = now
 
+    # ---- what the collaborators own, read-only --------------------------------------------------
+    @property
+    def trial(self) -> Trial | None:
+        return self.trials.running
+
+    @property
+    def baseline(self) -> Score | None:
+        return self.watch.score
+
+    @property
+    def epoch(self) -> int:
+        return self.traffic.epoch
+
+    @property
+    def phase(self) -> str | None:
+        return self.traffic.phase
+
+    @property
+    def jumped(self) -> tuple[dict[str, float], float, int, str] | None:
+        return self.chooser.jumped
+
+    @property
+    def bandit(self) -> DiscountedThompson:
+        return self.chooser.bandit
+
+    @property
+    def budget(self) -> ExplorationBudget:
+        return self.chooser.budget
+
+    @property
+    def local(self) -> LocalSearch:
+        return self.chooser.local
+
     # ---- the feed (see superinfer.tuner.objective for what each means) ----------------------------
     def arrival(self, t: float, tenant: str, prompt_tokens: int) -> None:
-        if not self.started:
-            self.started = True
-            self.obs = self.m.open(t, self.cfg.classify_slots * self.cfg.slot_s, "baseline")
+        self.watch.arrival(t)
         self.m.arrival(t, tenant, prompt_tokens)
 
     def first_token(self, t_arr: float, tenant: str, ttft_ok: bool) -> None:
@@ -120,107 +144,253 @@ class Controller(OperatorControls, TrafficTracking, TrialRunner):
 
     # ---- the loop ---------------------------------------------------------------------------------
     def tick(self, now: float) -> list[Decision]:
-        """Advance to ``now``; returns the decisions made."""
+        """Advance to ``now``: measure (the traffic's closed slots, the load), then judge the running
+        trial, or observe the incumbent and decide what to try; each step writes and logs what it
+        decided. Returns the decisions made."""
         first = self.decision_count
+        self._account(now)
+        for features in self.m.closed_slots(now):
+            self._on_traffic(now, self.traffic.slot(features, self.m.arrivals_total))
+        self._on_load(now, self.traffic.load())
+        if self.mode == "off":
+            self.state = "off"
+        elif self.trial is not None:
+            self._judge(now)
+        else:
+            self._observe(now)
+        n = min(self.decision_count - first, len(self.decisions))
+        return list(self.decisions)[len(self.decisions) - n:] if n else []
+
+    def _account(self, now: float) -> None:
         dt = max(now - self._last_tick, 0.0)
         self._last_tick = now
         if self.mode != "off":
             self.observed_s += dt
             if self.trial is not None and not self.space.same(self.applied, self.incumbent):
                 self.explore_s += dt  # time the candidate was in force (a switchback runs both)
-        self._slots(now)
-        self._load_check(now)
-        if self.mode == "off":
-            self.state = "off"
-        elif self.trial is not None:
-            self._run_trial(now)
-        else:
-            self._observe(now)
-        n = min(self.decision_count - first, len(self.decisions))
-        return list(self.decisions)[len(self.decisions) - n:] if n else []
 
-    def _frozen_now(self, now: float) -> None:
+    def _on_traffic(self, now: float, ev: TrafficChange | PhaseNamed | None) -> None:
+        if isinstance(ev, TrafficChange):
+            self._traffic_changed(now, ev)
+        elif isinstance(ev, PhaseNamed):
+            self._phase_named(now, ev)
+
+    def _traffic_changed(self, now: float, ev: TrafficChange) -> None:
+        """Abort the trial (logged in the phase it ran in), forget the baseline, measure afresh."""
+        self.counts["phase_changes"] += 1
+        self.chooser.bandit.reset()
         if self.trial is not None:
-            self._end_trial(now, "abort", f"frozen ({self.freeze.reason(now)})", write_back=True, gain=None)
+            self._end_trial(now, Verdict.abort("traffic changed during the trial"), phase=ev.before)
+        self.watch.restart(now)
+        self._log(now, "phase", "traffic changed: " + ", ".join(ev.alarms))
+
+    def _phase_named(self, now: float, ev: PhaseNamed) -> None:
+        """Log a new name; at a settling classification go to the phase's arm (a jump or a trial)."""
+        if ev.renamed:
+            self._log(now, "phase", f"phase {ev.phase or 'unknown'} (distance {ev.distance:.2f})")
+        if not ev.settle or ev.phase is None or self.mode == "off" or self.freeze.reason(now):
+            return
+        move = self.chooser.to_phase(ev.phase, self.incumbent)
+        if isinstance(move, Jump):
+            self._jump(now, move)
+        elif move is not None:
+            self._propose(now, move)
+
+    def _on_load(self, now: float, load: Load) -> None:
+        if load.low == self.freeze.low_load:
+            return
+        self.freeze.low_load = load.low
+        if load.low:
+            self._log(now, "freeze", f"low_load: {load.rate:.3g} req/s fills a {self.cfg.window_s:g} s window with "
+                      f"fewer than {self.cfg.min_requests} requests")
+            self._frozen_now(now)
+        else:
+            self._log(now, "unfreeze", f"load back: {load.rate:.3g} req/s")
+
+    def _judge(self, now: float) -> None:
+        """Judge the running trial: enter its due slots, then act on its verdict (if any)."""
+        self.state = "trial"
+        self._enter_slots(now)
+        verdict = self.trials.judge(now)
+        if verdict is None:
+            self._enter_slots(now)  # an inconclusive trial extended: its next slot starts now
+        else:
+            self._end_trial(now, verdict)
 
     def _observe(self, now: float) -> None:
-        if not self.started:
+        """Measure the incumbent; unless frozen or cooling down, decide from a fresh baseline and act."""
+        if not self.watch.started:
             self.state = "frozen" if self.freeze.reason(now) else "observe"
             return
-        if self.obs is None:
-            self.obs = self.m.open(max(now, self.changed_at + self.cfg.warmup_s), self.cfg.window_s, "incumbent")
-        if self.m.evaluable(self.obs, now) and self.pending_classify is None:
-            w, self.obs = self.obs, None
-            self.m.close(w)
-            s = self.m.score(w, now)
+        measured = self.watch.measure(now, self.epoch, self.traffic.classifying)
+        if measured is not None:
             self.counts["windows"] += 1
-            if s.decided >= self.cfg.min_requests:
-                self.baseline, self.baseline_epoch, self.proposable = s, self.epoch, True
-                self.objective["incumbent"] = s.value
-        reason = self.freeze.reason(now)
-        if reason is not None:
+            if measured.kept:
+                self.objective["incumbent"] = measured.score.value
+        if self.freeze.reason(now) is not None:
             self.state = "frozen"
             return
         if now < self.cooldown_until:
             self.state = "cooldown"
             return
         self.state = "observe"
-        if self.proposable and self.baseline is not None and self.baseline_epoch == self.epoch:
-            self.proposable = False
-            if self.jumped is not None and self._check_jump(now, self.baseline):
+        baseline = self.watch.take(self.epoch)
+        if baseline is None:
+            return
+        if self.chooser.jumped is not None:
+            revert = self.chooser.check_jump(baseline, self.epoch)
+            if revert is not None and self._propose(now, revert):
                 return
-            self._choose(now)
-
-    def _choose(self, now: float) -> None:
-        # local steps only while their realised losses of the last hour are within the budget
-        arms = ["local"] if self.budget.allows(now) else []
-        targets: dict[str, dict[str, float]] = {}
-        # in a named phase the study's arm for it is never below the robust arm there (the robust trial is
-        # feasible in every phase, so it competed for the phase's arm): offering both only re-tests what
-        # the study ranked; the robust arm is for traffic the arms file does not name
-        candidates = [(self.phase, self.arms.phases[self.phase])] if self.phase in self.arms.phases else \
-            [("robust", self.arms.robust)]
-        for name, arm in candidates:
-            if arm is None:
-                continue
-            t = self.space.toward(self.incumbent, merge_params(self.incumbent, arm), self.cfg.arm_step_factor)
-            if not self.space.same(t, self.incumbent):
-                arms.append(f"arm:{name}")
-                targets[f"arm:{name}"] = t
-        if not arms:
-            self._log(now, "hold", f"no local step: {self.budget.describe(now)}; no study arm to try")
-            return
-        choice, samples = self.bandit.choose(arms)
-        shown = ", ".join(f"{k} {v:.2f}" for k, v in samples.items())
-        if choice is None:
-            self._log(now, "hold", f"no arm likely to help (samples {shown}; threshold {self.cfg.explore_threshold})")
-            return
-        number = None
-        if choice == "local":
-            number, target = self.local.ask(self.incumbent)
+        choice = self.chooser.choose(now, self.incumbent, self.phase)
+        if isinstance(choice, Hold):
+            self._log(now, "hold", choice.reason)
         else:
-            target = targets[choice]
-        self._propose(now, choice, target, why=f"bandit drew {shown}", number=number)
+            self._propose(now, choice)
 
-    # ---- helpers ----------------------------------------------------------------------------------
+    # ---- acting on a decision: every write and every log line -------------------------------------
+    def _propose(self, now: float, p: Proposal) -> bool:
+        """Start a trial of ``p`` (auto), or log what auto would do (shadow / advise); True if a trial started."""
+        factor = self.cfg.arm_step_factor if p.arm != "local" else 1.0
+        target = self.space.toward(self.incumbent, p.target, factor)  # a second cap, whatever produced it
+        if self.mode in ("shadow", "advise"):
+            self.chooser.drop(p.number)
+            self._would(now, f"trial {p.arm} ({p.why})", target)
+            return False
+        if self.mode != "auto":
+            return False
+        self.candidate = dict(target)
+        self.watch.drop_window()
+        tr = self.trials.start(now, p.arm, target, p.number, self.incumbent, self.chooser.expected(p.arm),
+                               None if self.baseline is None else self.baseline.value)
+        sb = tr.sb
+        self.state = "trial"
+        self._log(now, "trial", f"{p.arm}: {p.why} (switchback: {sb.slots} slots of {sb.slot_s:g} s, "
+                  f"warm-up {sb.warmup_s:g} s each)", target)
+        self._enter_slots(now)
+        return True
+
+    def _jump(self, now: float, j: Jump) -> None:
+        """Adopt a phase's offline arm without a trial (``jump_gain``); the chooser keeps the setting it
+        replaces and the study's score for it for the check of the arm's first window."""
+        gain = (f"the study's arm for phase {j.phase} scored {j.score:.4f} there against {j.replaced:.4f} "
+                "for the incumbent")
+        if self.mode != "auto":
+            self._would(now, f"jump to arm:{j.phase} without a trial ({gain})", j.target)
+            return
+        self.chooser.jumped_from(self.incumbent, j, self.epoch)
+        self.incumbent = self.space.check(dict(j.target))
+        self.watch.forget()
+        self.counts["jumps"] += 1
+        self._apply(now, self.incumbent)
+        self.cooldown_until = now + self.cfg.cooldown_s
+        self.state = "cooldown"
+        self._log(now, "jump", f"arm:{j.phase}: {gain} (gain {j.score - j.replaced:+.4f} >= jump_gain "
+                  f"{self.cfg.jump_gain}): adopted without a trial; its first window is checked against that",
+                  dict(self.incumbent))
+
+    def _would(self, now: float, what: str, target: dict[str, float]) -> None:
+        """Shadow / advise: log what auto would do (advise also publishes ``target`` as the candidate);
+        nothing is written."""
+        if self.mode == "advise":
+            self.candidate = dict(target)
+        self.cooldown_until = now + self.cfg.cooldown_s
+        self._log(now, "advise" if self.mode == "advise" else "propose",
+                  f"{self.mode}: would {what}; nothing written", target)
+
+    def _enter_slots(self, now: float) -> None:
+        for setting in self.trials.switch(now, self.incumbent):
+            self._apply(now, setting)
+
+    def _end_trial(self, now: float, v: Verdict, phase: str | None = _CURRENT) -> None:
+        """End the running trial with verdict ``v``: count it, let the chooser learn, write the winner
+        (or the incumbent back), keep the verdict's measurement as the baseline, cool down."""
+        tr, served = self.trials.end(now, provisional=v.scores is None)
+        if v.outcome == "rollback":
+            self.freeze.rolled_back(now)
+            self.counts["rollbacks"]["guard"] = self.counts["rollbacks"].get("guard", 0) + 1
+        if v.scores is not None:
+            self.objective["candidate"], self.objective["incumbent"] = v.scores[0].value, v.scores[1].value
+            self.counts["windows"] += 1
+        self.counts["trials"][v.outcome] = self.counts["trials"].get(v.outcome, 0) + 1
+        self.chooser.learn(now, tr, v.outcome, v.gain, served)
+        if v.outcome == "accept":
+            self.incumbent = dict(tr.setting)
+            self._apply(now, self.incumbent)
+        elif v.write_back:
+            self._apply(now, self.incumbent)
+        # a verdict measured both sides in this traffic: the next proposal needs no fresh baseline
+        if v.scores is not None:
+            self.watch.measured(v.scores[0] if v.outcome == "accept" else v.scores[1], self.epoch)
+        else:
+            self.watch.spent()
+        self.candidate = None
+        self.cooldown_until = now + self.cfg.cooldown_s
+        self.state = "cooldown"
+        self._log(now, v.outcome, f"{tr.arm}: {v.reason}", dict(self.applied), phase)
+
+    def _frozen_now(self, now: float) -> None:
+        if self.trial is not None:
+            self._end_trial(now, Verdict.abort(f"frozen ({self.freeze.reason(now)})"))
+
     def _apply(self, now: float, setting: Mapping[str, float]) -> None:
         setting = self.space.check(dict(setting))
         if self.space.same(setting, self.applied):
             return
         self.applied = dict(setting)
-        self._changed(now)
+        self.watch.changed(now)
         if self.writer is not None and self.mode == "auto":
             self.writer(self.space.values(setting))
 
-    def _changed(self, now: float) -> None:
-        self.changed_at = now
-        self.m.close(self.obs)
-        self.obs = None
-
-    def _log(self, now: float, action: str, reason: str, params: Mapping[str, float] | None = None) -> None:
-        d = Decision(now, action, reason, self.state, self.mode, self.phase,
+    def _log(self, now: float, action: str, reason: str, params: Mapping[str, float] | None = None,
+             phase: str | None = _CURRENT) -> None:
+        d = Decision(now, action, reason, self.state, self.mode, self.phase if phase is _CURRENT else phase,
                      None if params is None else self.space.values(params))
         self.decisions.append(d)
         self.decision_count += 1
         if self.on_decision is not None:
             self.on_decision(d)
+
+    # ---- operator (and the daemon on their behalf) --------------------------------------------------
+    def set_mode(self, mode: str, now: float) -> None:
+        if mode not in MODES:
+            raise TunerConfigError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
+        if mode == self.mode:
+            return
+        if self.trial is not None and mode != "auto":
+            self._end_trial(now, Verdict.abort(f"mode changed to {mode}"))
+        old, self.mode = self.mode, mode
+        self.candidate = None if mode in ("off", "shadow") else self.candidate
+        self.state = "off" if mode == "off" else "observe"
+        self._log(now, "mode", f"{old} -> {mode}")
+
+    def set_freeze(self, frozen: bool, now: float, why: str = "PUT /v1/tuner") -> None:
+        if frozen:
+            if not self.freeze.operator:
+                self.freeze.operator, self.freeze.operator_why = True, why
+                self._log(now, "freeze", f"operator: {why}")
+                self._frozen_now(now)
+        elif self.freeze.operator or self.freeze.rollback_times:
+            self.freeze.unfreeze()
+            self._log(now, "unfreeze", f"operator: {why}")
+
+    def external_write(self, values: Mapping[str, float], source: str, now: float) -> None:
+        """Someone other than the tuner changed the params: they become the incumbent; in ``auto`` the
+        tuner freezes until an operator unfreezes it (a running trial is dropped, nothing written)."""
+        new = {**self.incumbent, **{k: float(v) for k, v in values.items() if k in self.incumbent}}
+        if self.trial is not None:
+            self._end_trial(now, Verdict.abort(f"params written by {source}", write_back=False))
+        changed = not self.space.same(new, self.applied)
+        self.incumbent, self.applied = dict(new), dict(new)
+        if changed:
+            self.watch.changed(now)
+            self.watch.forget()
+        if self.mode == "auto":
+            self.set_freeze(True, now, f"params written by {source}")
+        elif changed:
+            self._log(now, "adopt", f"params written by {source} become the incumbent")
+
+    def stop(self, now: float) -> None:
+        """Shut down: a running trial is written back to the incumbent."""
+        if self.trial is not None:
+            self._end_trial(now, Verdict.abort("tuner stopping"))
+        self.local.abandon()

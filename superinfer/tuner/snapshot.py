@@ -34,7 +34,7 @@ def status(c: Controller, now: float, to_wall: Clock = lambda t: t, last: int = 
     trial = c.trial
     base = c.baseline
     if trial is not None:
-        cand, base = c._scores(now)
+        cand, base = c.trials.scores(now)
     return {
         "mode": c.mode,
         "state": c.state,

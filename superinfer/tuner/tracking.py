@@ -1,94 +1,127 @@
-"""What the controller does with the traffic itself: feature slots into Page-Hinkley, a detected
-change (abort the trial, forget the baseline, measure afresh), naming the phase from the arms file and
-going to its arm (at once when the study's gain over the incumbent there is at least ``jump_gain``,
-else by a trial), and the low-load freeze.
+"""What the tuner learns from the traffic itself: feature slots into Page-Hinkley (a detected change),
+naming the phase from the arms file, and the recent arrival rate behind the low-load freeze.
 
-A mixin of :class:`~superinfer.tuner.controller.Controller` (it uses the controller's state and its
-``_end_trial``, ``_propose``, ``_log`` and ``_frozen_now``); kept apart so each file has one job.
+:class:`TrafficTracker` owns that state and *returns* what it saw: a :class:`TrafficChange` or a
+:class:`PhaseNamed` per closed feature slot, a :class:`Load` per tick. What the controller does about
+them (abort a trial, forget the baseline, go to the phase's arm, freeze) is the controller's
+(:mod:`superinfer.tuner.controller`); which arm and whether to jump, the chooser's
+(:mod:`superinfer.tuner.chooser`).
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
+from dataclasses import dataclass
 
-from superinfer.tuner.arms import merge_params
+from superinfer.tuner.arms import Arms
+from superinfer.tuner.config import TunerConfig
 from superinfer.tuner.measure import rate_of
-from superinfer.tuner.phase import mean_features, nearest_phase
+from superinfer.tuner.phase import PageHinkley, mean_features, nearest_phase
+
+#: a settling classification that names no phase is tried again on the next slot at most this often
+CLASSIFY_RETRIES = 4
 
 
-class TrafficTracking:
-    def _slots(self, now: float) -> None:
-        for f in self.m.closed_slots(now):
-            n = f.pop("_arrivals", None)
-            if self.m.arrivals_total == 0:
-                continue  # nothing has arrived yet: no traffic to learn from (see superinfer.tuner.phase)
-            self.recent.append(f)
-            alarms = self.ph.update(f, n)
-            if alarms:
-                self._phase_change(now, alarms)
-                continue
-            self.phase_slots.append(f)
-            if self.pending_classify is not None:
-                self.pending_classify -= 1
-                if self.pending_classify <= 0:
-                    self.pending_classify = None
-                    self._classify(now, jump=True)
-                    if self.phase is None and self.classify_tries < 4:  # not named yet: try the next slot
-                        self.classify_tries += 1
-                        self.pending_classify = 1
-            elif len(self.phase_slots) % 4 == 0:
-                self._classify(now, jump=False)
+@dataclass(frozen=True)
+class TrafficChange:
+    """Page-Hinkley alarmed on ``alarms``: a new epoch began; ``before`` is the phase it ended (the
+    tracker's phase is now None)."""
 
-    def _phase_change(self, now: float, alarms: list[str]) -> None:
-        self.epoch += 1
-        self.counts["phase_changes"] += 1
-        self.phase_slots = []
-        self.bandit.reset()
-        if self.trial is not None:
-            self._end_trial(now, "abort", "traffic changed during the trial", write_back=True, gain=None)
-        self.baseline = None
-        self.m.close(self.obs)
-        self.obs = self.m.open(now, self.cfg.classify_slots * self.cfg.slot_s, "baseline")
-        self.pending_classify = self.cfg.classify_slots
-        self.classify_tries = 0
-        self.phase = None
-        self._log(now, "phase", "traffic changed: " + ", ".join(alarms))
+    alarms: tuple[str, ...]
+    before: str | None
 
-    def _classify(self, now: float, jump: bool) -> None:
+
+@dataclass(frozen=True)
+class PhaseNamed:
+    """The traffic was classified as ``phase`` (None: no phase of the arms file within
+    ``phase_max_distance``) at ``distance``; ``renamed``: it differs from the name before; ``settle``:
+    this classification ends the measurement after a change (or the start), the moment to go to the
+    phase's arm."""
+
+    phase: str | None
+    distance: float
+    renamed: bool
+    settle: bool
+
+
+@dataclass(frozen=True)
+class Load:
+    """The recent arrival rate (req/s, NaN before any slot) and whether it is too low to fill a window
+    with ``min_requests`` requests (the ``low_load`` freeze)."""
+
+    rate: float
+    low: bool
+
+
+class TrafficTracker:
+    """Feature slots in, traffic events out (see the module docstring).
+
+    Invariants: ``epoch`` counts the changes detected (never decreases: a measurement from an older
+    epoch is stale); ``phase`` is None from a change until a classification names one; ``phase_slots``
+    holds only slots of the current epoch; ``pending`` (slots left until the settling classification)
+    is None exactly when none is due: ``classify_slots`` at the start and after each change, and an
+    unnamed settling classification is retried one slot later at most :data:`CLASSIFY_RETRIES` times
+    per epoch; between settling classifications the phase is renamed every 4th slot, never with
+    ``settle``; no slot is fed (to ``recent`` or Page-Hinkley) before the first arrival ever."""
+
+    def __init__(self, cfg: TunerConfig, arms: Arms) -> None:
+        self.cfg, self.arms = cfg, arms
+        self.ph = PageHinkley(cfg.ph_delta, cfg.ph_lambda)
+        self.recent: deque[dict[str, float]] = deque(maxlen=max(1, int(math.ceil(cfg.window_s / cfg.slot_s))))
+        self.epoch = 0
+        self.phase: str | None = None
+        self.phase_slots: list[dict[str, float]] = []
+        self.pending: int | None = cfg.classify_slots  # at start, as after a change: name, go to the arm
+        self.tries = 0
+
+    @property
+    def classifying(self) -> bool:
+        """The incumbent is being measured in new traffic until a settling classification."""
+        return self.pending is not None
+
+    def slot(self, features: dict[str, float], arrivals_total: int) -> TrafficChange | PhaseNamed | None:
+        """Feed one closed slot's features (``Measurements.closed_slots``; its ``_arrivals`` entry is
+        removed); ``arrivals_total``: arrivals ever. Returns what it showed, or None."""
+        n = features.pop("_arrivals", None)
+        if arrivals_total == 0:
+            return None  # nothing has arrived yet: no traffic to learn from (see superinfer.tuner.phase)
+        self.recent.append(features)
+        alarms = self.ph.update(features, n)
+        if alarms:
+            before = self.phase
+            self.epoch += 1
+            self.phase_slots = []
+            self.pending = self.cfg.classify_slots
+            self.tries = 0
+            self.phase = None
+            return TrafficChange(tuple(alarms), before)
+        self.phase_slots.append(features)
+        if self.pending is not None:
+            self.pending -= 1
+            if self.pending > 0:
+                return None
+            self.pending = None
+            named = self._classify(settle=True)
+            if self.phase is None and self.tries < CLASSIFY_RETRIES:  # not named yet: try the next slot
+                self.tries += 1
+                self.pending = 1
+            return named
+        if len(self.phase_slots) % 4 == 0:
+            return self._classify(settle=False)
+        return None
+
+    def _classify(self, settle: bool) -> PhaseNamed | None:
         feats = mean_features(self.phase_slots[-8:])
         name, d = nearest_phase(feats, self.arms.centroids(), self.cfg.phase_max_distance)
-        if name != self.phase:
-            self.phase = name
-            self._log(now, "phase", f"phase {name or 'unknown'} (distance {d:.2f})")
-        if not jump or name is None or self.mode == "off" or self.freeze.reason(now):
-            return
-        target = self.space.toward(self.incumbent, merge_params(self.incumbent, self.arms.phases[name]),
-                                   self.cfg.arm_step_factor)
-        if self.space.same(target, self.incumbent):
-            return
-        arm = self.arms.phases[name]
-        here = self.arms.prior(name, self.incumbent, self.space.same)
-        gain = None if here is None or arm.score is None else arm.score - here
-        full = self.space.same(target, merge_params(self.incumbent, arm))  # not cut short by the step caps
-        if gain is not None and full and self.cfg.jump_gain < 1 and gain >= self.cfg.jump_gain:
-            self._jump(now, name, target, arm.score, here)
-            return
-        why = f"jump to the study's arm for phase {name}"
-        if gain is not None:
-            why += f" (the study's gain {gain:+.3f} over the incumbent here; " + \
-                ("below jump_gain)" if full else "more than the step caps allow in one decision)")
-        self._propose(now, f"arm:{name}", target, why=why)
+        renamed = name != self.phase
+        self.phase = name
+        return PhaseNamed(name, d, renamed, settle) if renamed or settle else None
 
-    def _load_check(self, now: float) -> None:
+    def load(self) -> Load:
+        """The recent arrival rate and whether it is low (at least two slots seen, or one when a window
+        holds one slot)."""
         rate = rate_of(list(self.recent))
         low = (not math.isnan(rate)) and len(self.recent) >= min(2, self.recent.maxlen) and \
             rate * self.cfg.window_s < self.cfg.min_requests
-        if low != self.freeze.low_load:
-            self.freeze.low_load = low
-            if low:
-                self._log(now, "freeze", f"low_load: {rate:.3g} req/s fills a {self.cfg.window_s:g} s window with "
-                          f"fewer than {self.cfg.min_requests} requests")
-                self._frozen_now(now)
-            else:
-                self._log(now, "unfreeze", f"load back: {rate:.3g} req/s")
-
+        return Load(rate, low)
