@@ -5,7 +5,8 @@ Without a calibration file (``superinferd calibrate``) the plugin still needs to
 step it schedules — from ``schedule()`` to the end of ``update_from_output()``, which is the scheduler, the
 forward pass and the output update: the gap a client sees between tokens, less the serving loop's queue hop —
 and fits the calibration's linear form (:func:`superinfer.sim.calibration.fit`, non-negative least squares on
-errors relative to each step's time) to the last :data:`WINDOW` of them, every :data:`REFIT_EVERY` steps. A fitted model is trusted only once the
+errors relative to each step's time) to the last :data:`WINDOW` of them, every :data:`REFIT_EVERY` steps but at
+most once in :data:`REFIT_MIN_S` seconds once a model exists. A fitted model is trusted only once the
 window holds :data:`MIN_STEPS` steps, :data:`MIN_KIND` of them with prefill tokens and as many with decodes,
 so its prefill price comes from prefills it has seen; until then :meth:`OnlineStepFit.model` is None and the
 plugin keeps vLLM's budget, as it did without a fit. Steps further than :data:`TRIM_MADS` robust deviations
@@ -37,6 +38,10 @@ from superinfer.sim.calibration import Coefficients, Sample, fit
 WINDOW = 512
 #: refit after this many new steps
 REFIT_EVERY = 64
+#: once a model exists, refit at most once in this many seconds of wall time: a refit costs ~5 ms on these
+#: hosts, which every 64 steps of a ~1.5 ms tiny-model step was 5 % of the engine's time
+#: (docs/measurements.md, 2026-12-06); the first fit still comes as soon as the window is ready
+REFIT_MIN_S = 1.0
 #: steps in the window before a model is trusted
 MIN_STEPS = 64
 #: steps with prefill tokens, and steps with decodes, in the window before a model is trusted
@@ -75,7 +80,7 @@ class OnlineStepFit:
     scheduled, ``end`` when its output is processed; ``model()`` is the current fit's step-time model."""
 
     def __init__(self, window: int = WINDOW, refit_every: int = REFIT_EVERY, min_steps: int = MIN_STEPS,
-                 min_kind: int = MIN_KIND) -> None:
+                 min_kind: int = MIN_KIND, refit_min_s: float = REFIT_MIN_S) -> None:
         if not (0 < min_steps <= window) or refit_every <= 0 or min_kind < 0:
             raise ValueError(f"OnlineStepFit: need 0 < min_steps <= window and refit_every > 0 "
                              f"(got window={window}, refit_every={refit_every}, min_steps={min_steps})")
@@ -85,6 +90,8 @@ class OnlineStepFit:
         self.mape: float | None = None  # mean absolute error of the fit over the steps it kept, as a share
         self.refits = self.skipped = 0
         self._since = 0
+        self.refit_min_s = refit_min_s
+        self._fitted_at = -math.inf  # time.monotonic() of the last refit
         self._open: tuple[int, Sample] | None = None
 
     def begin(self, t0_ns: int, scheduled: Mapping[str, int], requests: Mapping[str, Any]) -> None:
@@ -105,7 +112,10 @@ class OnlineStepFit:
         self.samples.append(sample._replace(measured_s=dt))
         self._since += 1
         if self._since >= self.refit_every and self._ready():
-            self.refit()
+            now = time.monotonic()
+            if self.coefficients is None or now - self._fitted_at >= self.refit_min_s:
+                self._fitted_at = now
+                self.refit()
 
     def _ready(self) -> bool:
         s = self.samples

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from superinfer.sim.calibration import Coefficients, Sample
-from superinfer.vllm.stepfit import MIN_STEPS, OnlineStepFit, step_sample
+from superinfer.vllm.stepfit import MIN_STEPS, REFIT_EVERY, OnlineStepFit, step_sample
 
 TRUE = Coefficients(overhead_s=0.002, per_prefill_token_s=1e-5, per_prefill_attn_pair_s=2e-9,
                     per_decode_seq_s=5e-5, per_kv_token_s=1e-7)
@@ -38,7 +38,7 @@ def _feed(fit: OnlineStepFit, samples: list[Sample]) -> None:
 
 
 def test_no_model_until_the_window_has_seen_prefills_and_decodes() -> None:
-    fit = OnlineStepFit()
+    fit = OnlineStepFit(refit_min_s=0)
     _feed(fit, _steps(MIN_STEPS * 2, prefill_share=0.0))  # decodes only: no prefill price to learn
     assert fit.model() is None
     _feed(fit, _steps(MIN_STEPS, seed=1, prefill_share=0.5))
@@ -46,7 +46,7 @@ def test_no_model_until_the_window_has_seen_prefills_and_decodes() -> None:
 
 
 def test_it_learns_the_step_time_of_mixed_batches() -> None:
-    fit = OnlineStepFit()
+    fit = OnlineStepFit(refit_min_s=0)
     _feed(fit, _steps(512))
     model = fit.model()
     assert model is not None
@@ -57,7 +57,7 @@ def test_it_learns_the_step_time_of_mixed_batches() -> None:
 
 
 def test_a_few_wild_steps_do_not_move_it() -> None:
-    clean, dirty = OnlineStepFit(), OnlineStepFit()
+    clean, dirty = OnlineStepFit(refit_min_s=0), OnlineStepFit(refit_min_s=0)
     steps = _steps(512, seed=3)
     _feed(clean, steps)
     wild = [s._replace(measured_s=s.measured_s * 50) if i % 40 == 0 else s for i, s in enumerate(steps)]  # GC pauses
@@ -68,7 +68,7 @@ def test_a_few_wild_steps_do_not_move_it() -> None:
 
 
 def test_it_follows_the_host_when_the_engine_slows_down() -> None:
-    fit = OnlineStepFit()
+    fit = OnlineStepFit(refit_min_s=0)
     _feed(fit, _steps(512, seed=4))
     before = fit.model()(0, 0, 16, 8000, 0)
     _feed(fit, [s._replace(measured_s=2 * s.measured_s) for s in _steps(512, seed=5)])  # the host got busy
@@ -76,7 +76,7 @@ def test_it_follows_the_host_when_the_engine_slows_down() -> None:
 
 
 def test_bad_measurements_are_skipped_not_raised() -> None:
-    fit = OnlineStepFit()
+    fit = OnlineStepFit(refit_min_s=0)
     fit._open = (10, Sample(0, 4, 100, 1.0, 0.0))
     fit.end(now_ns=5)  # a clock that went backwards
     fit.begin(0, {}, {})  # an empty step
@@ -87,7 +87,7 @@ def test_bad_measurements_are_skipped_not_raised() -> None:
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), noise=st.floats(0.0, 0.5))
 def test_the_model_is_never_negative_and_grows_with_prefill(seed: int, noise: float) -> None:
-    fit = OnlineStepFit()
+    fit = OnlineStepFit(refit_min_s=0)
     _feed(fit, _steps(256, seed=seed, noise=noise))
     model = fit.model()
     assert model is not None
@@ -107,3 +107,14 @@ def test_step_counts_follow_the_twins_convention() -> None:
     s = step_sample({"dec": 1, "chunk": 100, "first": 64, "missing": 3}, requests, 0.01)
     assert (s.decode_seqs, s.prefill_tokens, s.kv_tokens) == (1, 164, 100 + 200)
     assert s.prefill_attn_pairs == 100 * 200 + 100 * 101 / 2 + 64 * 65 / 2
+
+
+def test_once_a_model_exists_refits_are_rate_limited() -> None:
+    """A refit costs milliseconds: the first fit comes as soon as the window is ready, later ones at most once
+    in ``refit_min_s`` of wall time, however many steps pass."""
+    fit = OnlineStepFit(refit_min_s=3600.0)
+    _feed(fit, _steps(512, seed=6))
+    assert fit.model() is not None and fit.refits == 1
+    unlimited = OnlineStepFit(refit_min_s=0)
+    _feed(unlimited, _steps(512, seed=6))
+    assert unlimited.refits == 512 // REFIT_EVERY
