@@ -7,6 +7,7 @@ Imports neither torch nor vLLM. Engine adapters (``superinfer.sim``, ``superinfe
 from superinfer.core.blocks import BlockPool, KVLedger, PoolExhausted
 from superinfer.core.budget import B_XFER_BOUNDS, b_xfer_blocks, batch_token_budget, slo_token_budget
 from superinfer.core.gate import PlanGate, batch_holds, decided_nothing
+from superinfer.core.knobs import KNOB, KNOBS, Knob, KnobError, check_knob, check_number
 from superinfer.core.planner import nothing_to_plan
 from superinfer.core.policies import (
     ENGINE_POLICIES,
@@ -39,6 +40,12 @@ from superinfer.core.vlt import compute_vlt
 
 __all__ = [
     "B_XFER_BOUNDS",
+    "KNOB",
+    "KNOBS",
+    "Knob",
+    "KnobError",
+    "check_knob",
+    "check_number",
     "INTEGER_PARAMS",
     "PARAM_DEFAULTS",
     "ENGINE_POLICIES",

@@ -23,6 +23,8 @@ from enum import IntEnum
 
 import numpy as np
 
+from superinfer.core.knobs import KNOB, KNOBS, KnobError
+
 
 class Phase(IntEnum):
     """Phase of a live request, as VLT sees it (design §3.1)."""
@@ -107,57 +109,45 @@ class TenantTable:
             raise ValueError(f"tenant: unknown tenant {name!r}; known: {sorted(self.index)}") from None
 
 
-# Bounds for the live-tunable knobs; the daemon's PUT /v1/params and the tuner use the same table.
-PARAM_BOUNDS: dict[str, tuple[float, float]] = {
-    "alpha": (0.0, 100.0),
-    "delta_b": (-10.0, 10.0),
-    "delta_f": (-60.0, 60.0),
-    "min_residency": (0, 10_000),
-    "max_rotations": (0, 1_000_000),
-    # RotaSched v2 (`lvf`; `lvf-paper` ignores these). See docs/design.md "RotaSched v2"; defaults are
-    # the best of each knob's sweep (bench/results/v2_sweep*.json, bench/v2_sweep.py).
-    "slack_gate_s": (-3600.0, 3600.0),  # -3600: off (any running request may be a discretionary victim)
-    "rotation_margin_s": (0.0, 60.0),  # 0: off (any VLT difference displaces)
-    "hopeless_last": (0, 1),  # 0: off (late waiting requests rank and displace as any other)
-    "step_slo_share": (0.0, 10.0),  # 0: off (the full token budget every iteration)
-    "backfill": (0, 1),  # 0: off (admission stops at the first candidate that cannot be made to fit)
-    "replan_steps": (1, 64),  # 1: plan every step (superinfer.core.gate)
-}
+#: bounds of the live-tunable knobs (from :data:`~superinfer.core.knobs.KNOBS`, the one table of the knobs);
+#: the daemon's PUT /v1/params and the tuner use the same table
+PARAM_BOUNDS: dict[str, tuple[float, float]] = {k.name: k.bounds for k in KNOBS}
 
 
 @dataclass(frozen=True)
 class Params:
     """Scheduler knobs (design §3.1 and §3.2 guards). Paper main setting: α=3, δ_B=0, δ_F=0.5."""
 
-    alpha: float = 3.0
-    delta_b: float = 0.0
-    delta_f: float = 0.5
-    min_residency: int = 4  # iterations after a swap-in before a request may be a discretionary victim
-    max_rotations: int = 64  # discretionary rotations per request, against starvation
+    alpha: float = KNOB["alpha"].default
+    delta_b: float = KNOB["delta_b"].default
+    delta_f: float = KNOB["delta_f"].default
+    min_residency: int = KNOB["min_residency"].default  # after a swap-in, before a discretionary victim
+    max_rotations: int = KNOB["max_rotations"].default  # discretionary rotations per request, against starvation
     # A discretionary victim must be ahead of its SLO by this much: TBT slack S_B·(k−1) − (t − t_first)
     # after k tokens, or TTFT slack S_F − (t − t_arr) before the first (seconds).
-    slack_gate_s: float = 3.0
+    slack_gate_s: float = KNOB["slack_gate_s"].default
     # A candidate displaces a running request only if its VLT exceeds the victim's by more than this.
-    rotation_margin_s: float = 2.0
+    rotation_margin_s: float = KNOB["rotation_margin_s"].default
     # Waiting requests already past their TTFT SLO rank after those that can still meet it, and never
     # displace a running request (Andes: a hopeless request gains nothing from service now).
-    hopeless_last: int = 1
+    hopeless_last: int = KNOB["hopeless_last"].default
     # Iterations with running decodes are sized to this share of the tightest TBT SLO (prefill chunks cut
     # to fit, decodes never); needs the engine's step-time model (the twin's cost model).
-    step_slo_share: float = 0.8
+    step_slo_share: float = KNOB["step_slo_share"].default
     # When the candidate LVF serves next cannot be made to fit (no victim allowed), later candidates that
     # fit in the free blocks are admitted while that candidate is still ahead of its SLO (EASY-style
     # backfilling: they never preempt, and the one skipped keeps its rank for the next iteration).
-    backfill: int = 1
+    backfill: int = KNOB["backfill"].default
     # At most one plan in this many steps while plans decide nothing (superinfer.core.gate); 1: every step.
-    replan_steps: int = 4
+    replan_steps: int = KNOB["replan_steps"].default
     sarathi_token_budget: int = 512  # the stall-free budget of the `sarathi` baseline
 
     def __post_init__(self) -> None:
-        for name, (lo, hi) in PARAM_BOUNDS.items():
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or not lo <= value <= hi:
-                raise ValueError(f"params: {name} must be within [{lo}, {hi}], got {value!r}")
+        for knob in KNOBS:  # the one validator of a knob's value (superinfer.core.knobs)
+            try:
+                knob.check(getattr(self, knob.name))
+            except KnobError as exc:
+                raise ValueError(f"params: {exc}") from None
         if self.sarathi_token_budget < 1:
             raise ValueError(f"params: sarathi_token_budget must be >= 1, got {self.sarathi_token_budget!r}")
 
@@ -170,10 +160,10 @@ class Params:
         return Params(**values)
 
 
-#: each live knob's default (its ``Params`` field default), in ``PARAM_BOUNDS`` order
-PARAM_DEFAULTS: dict[str, float | int] = {k: Params.__dataclass_fields__[k].default for k in PARAM_BOUNDS}
-#: the knobs that take integers: those whose ``Params`` default is an int
-INTEGER_PARAMS: tuple[str, ...] = tuple(k for k, v in PARAM_DEFAULTS.items() if isinstance(v, int))
+#: each live knob's default (the table's, which is its ``Params`` field default), in ``PARAM_BOUNDS`` order
+PARAM_DEFAULTS: dict[str, float | int] = {k.name: k.default for k in KNOBS}
+#: the knobs that take integers (the table's ``kind``)
+INTEGER_PARAMS: tuple[str, ...] = tuple(k.name for k in KNOBS if k.kind is int)
 
 
 @dataclass(frozen=True)

@@ -1,30 +1,31 @@
 """Live scheduler parameters: validation for ``PUT /v1/params`` and the params file the plugin reads.
 
-Invariants: :attr:`ParamStore.values` always passed :func:`validate_update` (bounds from
-``superinfer.core.PARAM_BOUNDS``; ``b_xfer`` within :data:`B_XFER_BOUNDS`); ``version`` increases by one
-per accepted change; every accepted change is written to the params file atomically (temporary file +
-``os.replace``) in the format of ``superinfer/vllm/params.py`` before listeners are told; then observers
+Invariants: :attr:`ParamStore.values` always passed :func:`validate_update` (each knob by the core's
+``check_knob``, the one validator of ``superinfer.core.knobs``; ``b_xfer`` within :data:`B_XFER_BOUNDS`);
+``version`` increases by one per accepted change; every accepted change is written to the params file by
+``superinfer.vllm.params.write_params`` (atomic, validated by the plugin's own parser; that module owns the
+format both ways) before listeners are told; then observers
 are told the values, the change's source and its version (the tuner tells an operator's write from its
 own this way). An empty update changes nothing (no new version) and is not an error: ``PUT /v1/params
 {}`` is a valid no-op.
 
-The live-tunable knobs are exactly the keys of ``PARAM_BOUNDS`` (:data:`PARAM_KEYS`); their defaults and
-which of them are integers come from the fields of :class:`~superinfer.core.Params`. Every other daemon
+The live-tunable knobs are exactly those of the core's knob table ``superinfer.core.KNOBS`` (:data:`PARAM_KEYS`,
+in ``PARAM_BOUNDS`` order), with its defaults and integer knobs. Every other daemon
 module (profile schema, config, persistence, metrics, the API's body model) takes its key list from here,
 so a knob added to the core is reachable everywhere with no edit in the daemon.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from superinfer.core import B_XFER_BOUNDS, INTEGER_PARAMS, PARAM_BOUNDS, Params, Tenant
+from superinfer.core import (B_XFER_BOUNDS, INTEGER_PARAMS, PARAM_BOUNDS, KnobError, Params, Tenant, check_knob,
+                             check_number)
 from superinfer.core import PARAM_DEFAULTS as CORE_PARAM_DEFAULTS
-from superinfer.daemon.lifecycle import write_json_atomic
+from superinfer.vllm.params import params_file_data, write_params
 
 #: the live-tunable scheduler knobs, in ``PARAM_BOUNDS`` order
 PARAM_KEYS: tuple[str, ...] = tuple(PARAM_BOUNDS)
@@ -54,17 +55,11 @@ def validate_update(update: Any) -> dict[str, float | int]:
     for key, value in update.items():
         if key not in BOUNDS:
             raise ParamError(key, f"unknown parameter {key!r}; known: {', '.join(BOUNDS)}")
-        lo, hi = BOUNDS[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ParamError(key, f"{key} must be a finite number within [{lo}, {hi}], got {value!r}", (lo, hi))
-        if key in INTEGER_KEYS:
-            if value != int(value):
-                raise ParamError(key, f"{key} must be an integer within [{lo}, {hi}], got {value!r}", (lo, hi))
-            value = int(value)
-        if not lo <= value <= hi:
-            raise ParamError(key, f"{key} must be within [{lo}, {hi}] (bound: {lo} <= {key} <= {hi}), "
-                             f"got {value!r}", (lo, hi))
-        out[key] = value
+        try:  # the core's one validator (superinfer.core.knobs), b_xfer checked alike
+            out[key] = check_knob(key, value) if key in PARAM_BOUNDS else \
+                check_number(key, value, *B_XFER_BOUNDS, integer=True)
+        except KnobError as exc:
+            raise ParamError(key, str(exc), exc.bound) from None
     return out
 
 
@@ -114,15 +109,8 @@ class ParamStore:
         return self.snapshot()
 
     def file_data(self) -> dict[str, Any]:
-        """The params file, in the vLLM plugin's format (``superinfer/vllm/params.py``)."""
-        default = self.tenants[0]
-        return {
-            **self.values,
-            "ttft_slo": default.ttft_slo,
-            "tbt_slo": default.tbt_slo,
-            "tenants": {t.name: {"ttft_slo": t.ttft_slo, "tbt_slo": t.tbt_slo, "weight": t.weight,
-                                 "priority": t.priority} for t in self.tenants},
-        }
+        """The params file, in the vLLM plugin's format (``superinfer/vllm/params.py`` owns it both ways)."""
+        return params_file_data(self.values, self.tenants)
 
     def _write(self) -> None:
-        write_json_atomic(self.path, self.file_data())
+        write_params(self.path, self.file_data())

@@ -3,8 +3,8 @@
 Invariants: every key a profile may hold is listed here (anything else is an error); every value a
 profile, an environment variable or a flag supplies passes :func:`check_value` before use; defaults
 themselves pass it (checked at import). Tenants (``[[tenants]]``) are described by :data:`TENANT_KEYS`.
-The ``[scheduler]`` knobs are generated from ``superinfer.core.PARAM_BOUNDS`` (bounds) and ``Params``
-(defaults, int or float), so every live-tunable knob of the core is a profile key.
+The ``[scheduler]`` knobs are generated from the core's knob table ``superinfer.core.KNOBS`` (bounds, default,
+int or float, help), so every live-tunable knob of the core is a profile key.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from superinfer.core import ENGINE_POLICIES, PARAM_BOUNDS
-from superinfer.daemon.params import INTEGER_PARAM_KEYS, PARAM_DEFAULTS, PARAM_KEYS
+from superinfer.core import ENGINE_POLICIES, KNOB, KNOBS
+from superinfer.daemon.params import PARAM_KEYS
 from superinfer.tuner.space import DEFAULT_KNOBS as TUNER_KNOBS
 
 
@@ -57,34 +57,14 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
 
 
-#: what each scheduler knob does (``superinferd config show``, the API schema); a knob missing here still
-#: gets a key, with a generic help
-KNOB_HELP: dict[str, str] = {
-    "alpha": "VLT weight of rotary requests",
-    "delta_b": "TBT slack δ_B (s)",
-    "delta_f": "TTFT slack δ_F (s)",
-    "min_residency": "iterations after a swap-in before a request may be a victim",
-    "max_rotations": "discretionary rotations per request",
-    "slack_gate_s": "lvf: a discretionary victim must be ahead of its SLO by this much (s); -3600: off",
-    "rotation_margin_s": "lvf: a candidate displaces a running request only if its VLT exceeds the victim's "
-                         "by more than this (s); 0: off",
-    "hopeless_last": "lvf: 1: waiting requests already past their TTFT SLO rank last and never displace; 0: off",
-    "step_slo_share": "lvf: iterations with running decodes are sized to this share of the tightest TBT SLO "
-                      "(prefill chunks cut, decodes never; needs a step-time model); 0: off",
-    "backfill": "lvf: 1: when the next candidate cannot be made to fit, admit later ones that fit in the free "
-                "blocks while it is still ahead of its SLO (never preempting for them); 0: off",
-    "replan_steps": "lvf: after a plan that decided nothing, serve the running batch without planning for up to "
-                    "this many steps in all while no request arrives, leaves, parks or joins; 1: plan every step",
-}
+#: what each scheduler knob does (``superinferd config show``, the API schema): the core's knob table's help
+KNOB_HELP: dict[str, str] = {k.name: k.help for k in KNOBS}
 
 
 def _knob(name: str) -> Key:
-    """The profile key of one live knob: bounds from ``PARAM_BOUNDS``, default and kind from ``Params``."""
-    lo, hi = PARAM_BOUNDS[name]
-    kind = "int" if name in INTEGER_PARAM_KEYS else "float"
-    default = PARAM_DEFAULTS[name]
-    help = KNOB_HELP.get(name, f"scheduler knob {name} (superinfer.core.Params)")
-    return Key(kind, int(default) if kind == "int" else float(default), help, lo, hi)
+    """The profile key of one live knob: bounds, default, kind and help from the core's table (``KNOBS``)."""
+    k = KNOB[name]
+    return Key("int" if k.kind is int else "float", k.default, k.help, k.lo, k.hi)
 
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

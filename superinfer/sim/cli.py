@@ -6,15 +6,14 @@ import json
 import os
 import sys
 from dataclasses import replace
-from typing import Any, Callable
 
 import click
 
-from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS, PARAM_DEFAULTS, Params, Tenant, TenantTable
+from superinfer.core import PARAM_BOUNDS, Params, Tenant, TenantTable
 from superinfer.sim.bench import RunSpec, grid, run_grid
 from superinfer.sim.engine import SIM_POLICIES
 from superinfer.sim.grounded import GPU_COSTS
-from superinfer.sim.options import positive_floats, start_s_option, with_start
+from superinfer.sim.options import knob_options, positive_floats, start_s_option, with_start
 from superinfer.sim.metrics import summarise
 from superinfer.sim.workload import WorkloadError
 
@@ -49,32 +48,6 @@ def _tenants(value: str | None, ttft: float, tbt: float) -> tuple[TenantTable, t
         raise click.BadParameter(str(exc), param_hint="--tenants") from None
 
 
-#: knobs with an option of their own above (kept as they were); every other knob of PARAM_BOUNDS gets one
-#: from :func:`_knob_options`
-_EXPLICIT_KNOBS = ("alpha", "delta_b", "delta_f")
-_KNOB_HELP = {
-    "min_residency": "lvf: steps after a swap-in before a discretionary rotation.",
-    "max_rotations": "lvf: discretionary rotations per request.",
-    "slack_gate_s": "lvf (v2): a discretionary victim must be ahead of its SLO by this many seconds; -3600: off.",
-    "rotation_margin_s": "lvf (v2): displace a running request only by a VLT this much larger (s); 0: off.",
-    "hopeless_last": "lvf (v2): 1: waiting requests past their TTFT SLO rank last and never displace; 0: off.",
-    "step_slo_share": "lvf (v2): size iterations with decodes to this share of the tightest TBT SLO; 0: off.",
-    "replan_steps": "lvf: hold the batch unplanned for up to this many steps after a plan that decided nothing; 1: off.",
-}
-
-
-def _knob_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--<knob>`` for every live knob of the core not in :data:`_EXPLICIT_KNOBS`: default the ``Params``
-    default, an int or float range from ``PARAM_BOUNDS`` (so a knob added to the core is an option)."""
-    for name in reversed([k for k in PARAM_BOUNDS if k not in _EXPLICIT_KNOBS]):
-        lo, hi = PARAM_BOUNDS[name]
-        is_int = name in INTEGER_PARAMS
-        kind = click.IntRange(int(lo), int(hi)) if is_int else click.FloatRange(lo, hi)
-        f = click.option("--" + name.replace("_", "-"), name, default=PARAM_DEFAULTS[name], show_default=True, type=kind,
-                         help=_KNOB_HELP.get(name, f"Scheduler knob {name} (superinfer.core.Params)."))(f)
-    return f
-
-
 @click.command("sim")
 @click.option("--workload", default="chat", show_default=True,
               help="Trace path (azure/sharegpt/burstgpt/mooncake), servegen:DIR (production traffic per client), or "
@@ -99,10 +72,7 @@ def _knob_options(f: Callable[..., Any]) -> Callable[..., Any]:
               help="With --max-queue-s: also shed at once a request whose predicted first-token wait (waiting "
                    "requests / first-token rate under load, measured in the run) passes its deadline, every policy "
                    "alike (the daemon's [slo].shed_at_admission).")
-@click.option("--alpha", default=3.0, show_default=True, type=float)
-@click.option("--delta-b", default=0.0, show_default=True, type=float)
-@click.option("--delta-f", default=0.5, show_default=True, type=float)
-@_knob_options
+@knob_options()  # --alpha, --delta-b, --delta-f, ...: every knob of the core's table, with its default
 @click.option("--b-xfer", default=None, type=click.IntRange(min=0), help="Blocks/iteration/direction (default: design §4 from the hardware profile).")
 @click.option("--max-num-seqs", default=256, show_default=True, type=click.IntRange(min=1))
 @click.option("--max-num-batched-tokens", default=8192, show_default=True, type=click.IntRange(min=1))
@@ -138,7 +108,7 @@ def bench_sim(**o: object) -> None:
     if o["max_queue_s"] is not None:
         tenants = TenantTable([replace(t, max_queue_s=float(o["max_queue_s"])) for t in tenants.tenants])
     try:
-        params = Params(**{k: float(o[k]) if k in _EXPLICIT_KNOBS else o[k] for k in PARAM_BOUNDS})  # type: ignore[arg-type]
+        params = Params(**{k: o[k] for k in PARAM_BOUNDS})  # type: ignore[arg-type]
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     base = RunSpec(policy=policies[0], rps=rps[0], seed=0, workload=workload, arrival=str(o["arrival"]),

@@ -44,3 +44,23 @@ def with_start(workload: str | None, start_s: float | None) -> str | None:
     if not workload or not workload.startswith(PREFIX):
         raise click.BadParameter("only a servegen:DIR workload has a start in the day", param_hint="--start-s")
     return f"{workload}@{start_s:g}"
+
+
+def knob_options(defaults: dict[str, float | int | None] | None = None,
+                 note: Callable[[object], str] | None = None) -> Callable[[Callable], Callable]:
+    """A decorator adding ``--<knob>`` for every knob of the core's table (``superinfer.core.KNOBS``), in table
+    order: an int or float range from its bounds, its help, and its default, or ``defaults[name]`` where
+    given (None: unset, so the consumer's default applies); ``note(knob)`` is appended to the help."""
+    from superinfer.core import KNOBS
+
+    defaults = defaults or {}
+
+    def deco(f: Callable) -> Callable:
+        for k in reversed(KNOBS):
+            kind = click.IntRange(int(k.lo), int(k.hi)) if k.kind is int else click.FloatRange(k.lo, k.hi)
+            default = defaults.get(k.name, k.default)
+            f = click.option(k.option, k.name, default=default, show_default=default is not None, type=kind,
+                             help=k.help + (note(k) if note else "") + ".")(f)
+        return f
+
+    return deco

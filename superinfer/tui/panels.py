@@ -12,6 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from superinfer.core.knobs import KNOBS
 from superinfer.tui.fmt import DASH, bar, clock, duration, fit, gib, is_num, nice_ceiling, number, share_style, spark
 from superinfer.tui.tracker import Tracker, knobs, num
 
@@ -131,7 +132,9 @@ def transfer_note(tr: Tracker) -> str:
     return ""
 
 
-SYMBOL = {"alpha": "α", "delta_b": "δ_B", "delta_f": "δ_F", "b_xfer": "B_xfer"}
+#: the knobs shown first, by their symbols: those of the core's knob table that have one (α, δ_B, δ_F), then
+#: B_xfer (the transfer budget, not a knob of the table); every other knob follows under its name
+SYMBOL = {**{k.name: k.symbol for k in KNOBS if k.symbol != k.name}, "b_xfer": "B_xfer"}
 
 
 def params(tr: Tracker, now: float, width: int = 40, meta_first: bool = False) -> RenderableType:

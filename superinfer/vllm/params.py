@@ -12,24 +12,24 @@ The scheduler knobs are every key of ``superinfer.core.PARAM_BOUNDS`` (:data:`PA
 :class:`Params` default is an int take integers. Missing keys keep their defaults (``Params``'s).
 :meth:`ParamSource.current` costs one ``os.stat`` at most every ``check_every_s`` seconds and re-reads
 the file only when its mtime (or size) changed. Invariants: the
-values returned always passed validation (``superinfer.core.PARAM_BOUNDS`` via :class:`Params`,
-``b_xfer`` within :data:`B_XFER_BOUNDS`, tenants via :class:`Tenant`); a bad or unreadable file is logged
-once per change and ignored, so the last good values stay in force. Writers should replace the file
-atomically (write a temporary file, then ``os.replace``).
+values returned always passed validation (each knob by the core's ``check_knob``, ``b_xfer`` within
+:data:`B_XFER_BOUNDS`, tenants via :class:`Tenant`); a bad or unreadable file is logged once per change and
+ignored, so the last good values stay in force. This module owns the file's format both ways: the daemon
+builds it with :func:`params_file_data` and every writer goes through :func:`write_params` (atomic
+replace), which validates with :func:`parse_params` first.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from superinfer.core import B_XFER_BOUNDS, INTEGER_PARAMS, PARAM_BOUNDS, Params, Tenant
+from superinfer.core import B_XFER_BOUNDS, INTEGER_PARAMS, PARAM_BOUNDS, Params, Tenant, check_knob, check_number
 from superinfer.core.budget import IterationModel
 
 log = logging.getLogger(__name__)
@@ -63,23 +63,15 @@ def parse_params(data: Any, base: LiveParams | None = None) -> LiveParams:
     unknown = set(data) - _KNOWN_KEYS
     if unknown:
         raise ValueError(f"params file: unknown key(s) {sorted(unknown)}; known: {sorted(_KNOWN_KEYS)}")
-    for key in PARAM_KEYS + ("b_xfer", "ttft_slo", "tbt_slo"):
+    for key in ("ttft_slo", "tbt_slo"):
         if key in data and (isinstance(data[key], bool) or not isinstance(data[key], (int, float))):
             raise ValueError(f"params file: {key} must be a number, got {data[key]!r}")
-    changes = {k: data[k] for k in PARAM_KEYS if k in data}
-    for k in INTEGER_PARAM_KEYS:
-        if k in changes and (not math.isfinite(changes[k]) or changes[k] != int(changes[k])):
-            raise ValueError(f"params file: {k} must be an integer, got {changes[k]!r}")
-        if k in changes:
-            changes[k] = int(changes[k])
-    try:
-        params = Params().replace(**changes)  # Params validates against PARAM_BOUNDS
+    try:  # the core's one validator of a knob (superinfer.core.knobs), b_xfer checked alike
+        changes = {k: check_knob(k, data[k]) for k in PARAM_KEYS if k in data}
+        b_xfer = check_number("b_xfer", data.get("b_xfer", DEFAULT_B_XFER), *B_XFER_BOUNDS, integer=True)
+        params = Params().replace(**changes)
     except ValueError as exc:
         raise ValueError(f"params file: {exc}") from None
-    b_xfer = data.get("b_xfer", DEFAULT_B_XFER)
-    lo, hi = B_XFER_BOUNDS
-    if not math.isfinite(b_xfer) or b_xfer != int(b_xfer) or not lo <= b_xfer <= hi:
-        raise ValueError(f"params file: b_xfer must be an integer within [{lo}, {hi}], got {b_xfer!r}")
     default = Tenant("default", float(data.get("ttft_slo", 5.0)), float(data.get("tbt_slo", 0.1)))
     tenants: list[Tenant] = []
     raw = data.get("tenants", {})
@@ -91,7 +83,7 @@ def parse_params(data: Any, base: LiveParams | None = None) -> LiveParams:
         tenants.append(Tenant(str(name), float(spec.get("ttft_slo", default.ttft_slo)),
                               float(spec.get("tbt_slo", default.tbt_slo)), float(spec.get("weight", 1.0)),
                               int(spec.get("priority", 0))))
-    return LiveParams(params, int(b_xfer), default, tuple(tenants), base.version + 1)
+    return LiveParams(params, b_xfer, default, tuple(tenants), base.version + 1)
 
 
 class ParamSource:
@@ -151,12 +143,30 @@ class ParamSource:
         return True
 
 
-def write_params(path: str | os.PathLike[str], values: dict[str, Any]) -> None:
-    """Validate ``values`` and replace the params file atomically (for the daemon, tuner and tests)."""
+def params_file_data(values: dict[str, Any], tenants: list[Tenant] | tuple[Tenant, ...]) -> dict[str, Any]:
+    """The params file for live ``values`` (knobs and ``b_xfer``) and ``tenants``, the first the default one
+    (its SLOs are the file's ``ttft_slo``/``tbt_slo``): what the daemon writes, :func:`parse_params` reads."""
+    default = tenants[0]
+    return {
+        **values,
+        "ttft_slo": default.ttft_slo,
+        "tbt_slo": default.tbt_slo,
+        "tenants": {t.name: {"ttft_slo": t.ttft_slo, "tbt_slo": t.tbt_slo, "weight": t.weight,
+                             "priority": t.priority} for t in tenants},
+    }
+
+
+def write_params(path: str | os.PathLike[str], values: dict[str, Any], mode: int = 0o644) -> None:
+    """Validate ``values`` (:func:`parse_params`) and replace the params file atomically and durably
+    (temporary file, fsync, ``os.replace``): the one writer of the file (daemon, tuner, benches, tests)."""
     parse_params(values)
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(values, sort_keys=True))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    with os.fdopen(fd, "w") as f:
+        json.dump(values, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
