@@ -130,7 +130,9 @@ def check(get: Callable[[str, str], Any], host: HostFacts, model: ModelFacts, wo
     else:
         out_kv, kv, engine_host = _check_cpu_kv(e, host, weights, runtime, world)
         out += out_kv
-    out += _check_kv_length(e, model, kv, max_len)
+    # the most KV per rank that host memory leaves (CPU); a suggested KV size must fit it too
+    kv_room = None if dev == "cuda" else (host.available - weights - runtime * world) / world
+    out += _check_kv_length(e, model, kv, max_len, kv_room)
     if get("scheduler", "policy") in HBM_ONLY_POLICIES or any(p.key in MEMORY_KEYS for p in out):
         return out  # no host tier; or the pool is sized once the engine fits
     pool = e("dram_gib") * GIB
@@ -205,18 +207,27 @@ def _check_gpus(e: Callable[[str], Any], host: HostFacts, weights: float, runtim
     return []
 
 
-def _check_kv_length(e: Callable[[str], Any], model: ModelFacts, kv: float | None, max_len: int | None) -> list[Problem]:
-    """vLLM refuses to start when the KV cache cannot hold one sequence of ``max_model_len`` tokens."""
+def _check_kv_length(e: Callable[[str], Any], model: ModelFacts, kv: float | None, max_len: int | None,
+                     kv_room: float | None = None) -> list[Problem]:
+    """vLLM refuses to start when the KV cache cannot hold one sequence of ``max_model_len`` tokens. A larger
+    KV size is suggested only where it fits ``kv_room`` (bytes per rank; None: not known here)."""
     if not kv or kv <= 0 or not model.block_bytes or not max_len or e("num_gpu_blocks_override"):
         return []
     tokens = int(kv // model.block_bytes) * e("block_size")
     if tokens >= max_len:
         return []
     need = math.ceil(max_len / e("block_size")) * model.block_bytes
-    shorter = f" or engine.max_model_len = {tokens}" if tokens >= e("block_size") else ""
-    return [Problem("engine.kv_cache_gib" if e("kv_cache_gib") else "engine.max_model_len",
-                    f"KV of {_gib(kv)} holds {tokens} tokens, fewer than one max_model_len sequence ({max_len}); try "
-                    f"engine.kv_cache_gib = {math.ceil(need / GIB * 4) / 4:g}{shorter}")]
+    shorter = f"engine.max_model_len = {tokens}" if tokens >= e("block_size") else ""
+    bigger = math.ceil(need / GIB * 4) / 4
+    key = "engine.kv_cache_gib" if e("kv_cache_gib") else "engine.max_model_len"
+    if kv_room is not None and bigger * GIB > kv_room:  # host memory cannot hold one sequence: shorten, or no fix
+        key, advice = "engine.max_model_len", (f"try {shorter}" if shorter else
+                                               "host memory is too short for one sequence; shorten max_model_len")
+    else:
+        advice = f"try engine.kv_cache_gib = {bigger:g}" + (f" or {shorter}" if shorter else "")
+    return [Problem(key,
+                    f"KV of {_gib(kv)} holds {tokens} tokens, fewer than one max_model_len sequence ({max_len}); "
+                    + advice)]
 
 
 def report(problems: list[Problem], host: HostFacts, model: ModelFacts) -> dict[str, Any]:

@@ -108,6 +108,8 @@ def test_every_suggested_value_is_accepted(avail: float, dram: float, kv: float,
         if "try " not in p.message and "set " not in p.message:
             continue  # nothing suggested (the model does not fit at all)
         key = "kv_cache_gib" if "engine.kv_cache_gib = " in p.message else p.key.split(".")[1]
+        if key == "max_model_len":
+            continue  # a shorter sequence length: the operator's call, not a memory setting
         value = float(re.search(rf"engine\.{key} = ([0-9.]+)", p.message).group(1))
         assert key != "kv_cache_gib" or value > 0, p
         after = problems(host, TINY, world, **{**before, key: value})
@@ -269,3 +271,15 @@ def test_a_failed_engine_says_its_error_in_healthz_and_state(tmp_path: Path) -> 
     assert r.status_code == 503 and r.json() == {**r.json(), "status": "failed", "error": d.failure}
     s = asyncio.run(get("/v1/state")).json()
     assert s["status"] == "failed" and s["error"] == d.failure
+
+
+def test_a_kv_size_is_suggested_only_where_host_memory_holds_it() -> None:
+    """A KV cache too small for one sequence on a host that cannot hold a larger one: the advice is a shorter
+    max_model_len (or none), never a KV size that would then not fit (found by the property above: 0.25 GiB
+    suggested for 2 ranks with 0.498 GiB of room)."""
+    tiny_kv = 64 * 1024 / GIB  # holds fewer tokens than one max_model_len sequence
+    for world in (1, 2):
+        room_gib = 0.2 * world  # less than the smallest suggestion (0.25 GiB) per rank
+        host = cpu_host(avail_gib=room_gib + 1.5 * world + 2 / 1024, total_gib=64.0)  # weights 2 MiB, 1.5 GiB a rank
+        found = [p for p in problems(host, TINY, world, kv_cache_gib=tiny_kv) if "max_model_len sequence" in p.message]
+        assert found and all("engine.kv_cache_gib = " not in p.message for p in found), found
