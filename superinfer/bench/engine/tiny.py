@@ -47,6 +47,27 @@ def _params(vocab_size: int, seed: int, hidden_size: int, num_hidden_layers: int
     }
 
 
+def parse_tiny_shape(text: str) -> dict[str, int]:
+    """``"LAYERS,HIDDEN,INTERMEDIATE"`` (e.g. ``"4,256,768"``) as :func:`build_tiny_llama` keywords; a clear
+    ``ValueError`` otherwise."""
+    parts = text.split(",")
+    try:
+        layers, hidden, inter = (int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"tiny shape: expected LAYERS,HIDDEN,INTERMEDIATE (three integers), got {text!r}") from None
+    return {"num_hidden_layers": layers, "hidden_size": hidden, "intermediate_size": inter}
+
+
+def tiny_shape_option(ctx: Any, param: Any, value: str) -> dict[str, int]:
+    """click callback of ``--tiny-shape``: :func:`parse_tiny_shape`, its error as a usage error."""
+    import click
+
+    try:
+        return parse_tiny_shape(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def build_tiny_llama(
     out_dir: Path,
     *,
