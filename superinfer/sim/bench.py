@@ -11,11 +11,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from superinfer.core import Params, TenantTable
-from superinfer.sim import calibration as calib
+from superinfer.sim.build import build_cost_model, overlaps
 from superinfer.sim.costmodel import CostModel
 from superinfer.sim.engine import SimConfig, Simulator
-from superinfer.sim.grounded import gpu_cost_terms
-from superinfer.sim.hardware import get_hardware
 from superinfer.sim.metrics import run_metrics
 from superinfer.sim.models import get_model
 from superinfer.sim.workload import load_workload
@@ -53,11 +51,8 @@ class RunSpec:
 
 
 def cost_model(spec: RunSpec) -> CostModel:
-    cal = calib.load(spec.calibration) if spec.calibration else None
-    terms, cpu_line = gpu_cost_terms(spec.gpu_costs)
-    nooverlap = spec.policy == "lvf-nooverlap"
-    return CostModel(get_model(spec.model), get_hardware(spec.hardware), spec.block_size, cal,
-                     overlap=not nooverlap, duplex=not nooverlap, gpu_terms=terms, cpu_line=cpu_line)
+    return build_cost_model(spec.model, spec.hardware, spec.block_size, calibration=spec.calibration,
+                            gpu_costs=spec.gpu_costs, overlap=overlaps(spec.policy))
 
 
 def run_one(spec: RunSpec) -> dict:

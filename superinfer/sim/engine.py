@@ -15,6 +15,9 @@ One iteration, read top to bottom (:meth:`Simulator.step`):
 
 Time only moves forward; when nothing is live it jumps to the next arrival. Arrivals stop at the
 workload's end; the run then drains until every request has finished or ``drain_s`` has passed.
+What a run records (the :class:`Trace`) is gathered by :class:`~superinfer.sim.collect.Collector`, the one
+collector of every loop over the twin (this run, the fleet, the tuner's replay); cost models are built by
+:func:`superinfer.sim.build.build_cost_model`.
 """
 
 from __future__ import annotations
@@ -46,13 +49,13 @@ from superinfer.core import (
     nothing_to_plan,
 )
 from superinfer.core.wait import WaitPredictor
+from superinfer.sim.collect import UNBOUNDED, Collector, Trace
 from superinfer.sim.costmodel import CostModel, StepPrice
 from superinfer.sim.host import HostCosts
 from superinfer.sim.workload import Workload
 
 # Names the benchmarks accept: the core's policies plus variants that change the transfer engine.
 SIM_POLICIES = ENGINE_POLICIES
-UNBOUNDED = 1 << 40
 
 
 @dataclass
@@ -103,35 +106,6 @@ def reference_iteration_s(cm: CostModel, max_num_seqs: int) -> float:
     decodes at 1,024 tokens of context plus one 512-token prefill chunk, priced by the cost model."""
     decodes = min(max_num_seqs, 256)
     return cm.iteration_s(512, 512 * 513 // 2, decodes, decodes * 1024)
-
-
-@dataclass
-class Trace:
-    """What the run recorded, for :mod:`superinfer.sim.metrics`."""
-
-    t_arr: np.ndarray
-    t_first: np.ndarray
-    t_end: np.ndarray  # NaN while unfinished
-    outputs: np.ndarray  # output tokens produced (so far)
-    last_token: np.ndarray
-    rotations: np.ndarray
-    tenant: np.ndarray
-    gaps: np.ndarray  # every inter-token gap of every request (seconds)
-    gap_tenant: np.ndarray
-    rejected: int = 0
-    window_tokens: int = 0  # output tokens produced before the end of the arrival window
-    iterations: int = 0
-    sim_s: float = 0.0
-    wall_s: float = 0.0
-    counters: dict = field(default_factory=dict)
-    max_swap_in_blocks_per_iter: int = 0
-    max_swap_out_blocks_per_iter: int = 0
-    max_hbm_blocks_used: int = 0
-    hbm_blocks: int = 0
-    dram_blocks: int = 0
-    b_xfer_blocks: int = 0
-    block_bytes: int = 0
-    t_shed: np.ndarray | None = None  # when a request was shed at its first-token deadline (NaN: not shed)
 
 
 @dataclass
@@ -322,77 +296,30 @@ class Simulator:
 
     # ---- the run --------------------------------------------------------------------------------
     def run(self) -> Trace:
+        """Replay the workload: arrivals join (or are refused), overdue requests are shed, one :meth:`step`
+        per iteration, a jump to the next arrival when idle, the drain until ``drain_s`` after the window."""
         w, st = self.w, self.state
         n = len(w)
         wall0 = time.perf_counter()
         self._next = 0
         now = 0.0
-        end_of_arrivals = float(w.arrival_s[-1]) if n else 0.0
-        deadline = max(end_of_arrivals, w.duration_s) + self.cfg.drain_s
-        iterations = 0
-        window_end = max(float(w.duration_s), end_of_arrivals)
-        window_tokens = -1
-        tokens = 0
-        t_first, t_end, last_token = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
-        t_shed = np.full(n, np.nan)
-        outputs, rotations = np.zeros(n, np.int64), np.zeros(n, np.int64)
-        gaps: list[np.ndarray] = []
-        gap_tenant: list[np.ndarray] = []
+        col = Collector(w, self.cfg.drain_s, sheds=True)
         while True:
-            if window_tokens < 0 and now >= window_end:
-                window_tokens = tokens
+            in_window = now < col.window_end  # this iteration's tokens count towards window_tokens
             arrived = self._arrive(now)
             if arrived and self.cfg.host.arrival_s > 0:
                 now += arrived * self.cfg.host.arrival_s  # the engine loop processes them before the step
-            t_shed[self.shed(now)] = now
+            col.shed(self.shed(now), now)
             if len(st) == 0:
                 if self._next >= n:
                     break
                 self._idle_s += max(0.0, float(w.arrival_s[self._next]) - now)
                 now = float(w.arrival_s[self._next])
                 continue
-            if now >= deadline:
+            if now >= col.deadline:
                 break
             res = self.step(now)
             self._observe_wait(res)
             now = res.t_end
-            iterations += 1
-            s = res.sampled
-            tokens += s.ids.shape[0]
-            if s.gaps.shape[0]:
-                gaps.append(s.gaps)
-                gap_tenant.append(s.gap_tenant)
-            for f in s.finished:
-                t_first[f.req_id], t_end[f.req_id], last_token[f.req_id] = f.t_first, f.t_end, f.t_end
-                outputs[f.req_id], rotations[f.req_id] = f.outputs, f.rotations
-        rows = st.live_rows()  # still live at the deadline
-        ids = st.req_id[rows]
-        t_first[ids], outputs[ids], rotations[ids] = st.t_first[rows], st.outputs[rows], st.rotations[rows]
-        last_token[ids] = np.where(st.outputs[rows] > 0, st.t_last[rows], np.nan)
-        st.check()
-        wall = time.perf_counter() - wall0
-        return Trace(
-            t_arr=w.arrival_s.copy(),
-            t_first=t_first,
-            t_end=t_end,
-            t_shed=t_shed,
-            outputs=outputs,
-            last_token=last_token,
-            rotations=rotations,
-            tenant=self.tenant_index,
-            gaps=np.concatenate(gaps) if gaps else np.zeros(0),
-            gap_tenant=np.concatenate(gap_tenant) if gap_tenant else np.zeros(0, np.int64),
-            rejected=st.counters.rejected,
-            window_tokens=window_tokens if window_tokens >= 0 else tokens,
-            iterations=iterations,
-            sim_s=now,
-            wall_s=wall,
-            counters={**vars(st.counters), "shed_predicted": self.n_refused, "held_steps": self.held_steps},
-            max_swap_in_blocks_per_iter=self.max_h2d,
-            max_swap_out_blocks_per_iter=self.max_d2h,
-            max_hbm_blocks_used=self.max_used,
-            hbm_blocks=self.hbm_blocks,
-            dram_blocks=self.dram_blocks,
-            b_xfer_blocks=self.b_xfer if self.b_xfer < UNBOUNDED else -1,
-            block_bytes=self.cm.block_bytes,
-        )
+            col.add(res.sampled, in_window)
+        return col.trace([self], sim_s=now, wall_s=time.perf_counter() - wall0)

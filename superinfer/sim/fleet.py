@@ -15,7 +15,8 @@ A :class:`Fleet` co-simulates engines in virtual time, earliest event first:
 * each virtual engine is an ordinary :class:`~superinfer.sim.engine.Simulator` driven through ``add`` and
   ``step``, so a one-engine fleet reproduces ``Simulator.run`` exactly (a test checks it).
 
-The merged :class:`~superinfer.sim.engine.Trace` is indexed by the workload's request ids, so
+The merged :class:`~superinfer.sim.engine.Trace` is indexed by the workload's request ids and recorded by
+the same :class:`~superinfer.sim.collect.Collector` as ``Simulator.run``, so
 :func:`superinfer.sim.metrics.run_metrics` scores a fleet as it scores one engine. Engine-host terms
 (``SimConfig.host``) other than per-step costs are not modelled across a fleet.
 """
@@ -28,6 +29,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from superinfer.sim.collect import Collector
 from superinfer.sim.costmodel import CostModel
 from superinfer.sim.engine import SimConfig, Simulator, Trace
 from superinfer.sim.workload import Workload
@@ -87,19 +89,12 @@ class Fleet:
         w, engines = self.w, self.engines
         n, e_count = len(w), len(self.engines)
         wall0 = time.perf_counter()
-        end_of_arrivals = float(w.arrival_s[-1]) if n else 0.0
-        deadline = max(end_of_arrivals, w.duration_s) + self.cfg.drain_s
-        window_end = max(float(w.duration_s), end_of_arrivals)
+        col = Collector(w, self.cfg.drain_s)
         now = [0.0] * e_count
         self._last_end = [0.0] * e_count
         self._last_finished = [0] * e_count
         heap: list[tuple[float, int]] = []  # (next step start, engine) of busy engines
         in_heap = [False] * e_count
-        t_first, t_end, last_token = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
-        outputs, rotations = np.zeros(n, np.int64), np.zeros(n, np.int64)
-        gaps: list[np.ndarray] = []
-        gap_tenant: list[np.ndarray] = []
-        window_tokens = iterations = 0
         nxt = 0
         while True:
             t_next = float(w.arrival_s[nxt]) if nxt < n else float("inf")
@@ -120,52 +115,13 @@ class Fleet:
                 break
             start, e = heapq.heappop(heap)
             in_heap[e] = False
-            if start >= deadline:
+            if start >= col.deadline:
                 continue  # this engine is past the drain deadline: it stops (as Simulator.run does)
             res = engines[e].step(start)
             now[e] = res.t_end
-            iterations += 1
-            s = res.sampled
-            if start < window_end:
-                window_tokens += s.ids.shape[0]
-            if s.gaps.shape[0]:
-                gaps.append(s.gaps)
-                gap_tenant.append(s.gap_tenant)
-            for f in s.finished:
-                t_first[f.req_id], t_end[f.req_id], last_token[f.req_id] = f.t_first, f.t_end, f.t_end
-                outputs[f.req_id], rotations[f.req_id] = f.outputs, f.rotations
-            self._last_end[e], self._last_finished[e] = res.t_end, len(s.finished)
+            col.add(res.sampled, start < col.window_end)
+            self._last_end[e], self._last_finished[e] = res.t_end, len(res.sampled.finished)
             if len(engines[e].state):
                 heapq.heappush(heap, (now[e], e))
                 in_heap[e] = True
-        return self._trace(t_first, t_end, last_token, outputs, rotations, gaps, gap_tenant, window_tokens,
-                           iterations, max(now) if now else 0.0, time.perf_counter() - wall0)
-
-    def _trace(self, t_first: np.ndarray, t_end: np.ndarray, last_token: np.ndarray, outputs: np.ndarray,
-               rotations: np.ndarray, gaps: list[np.ndarray], gap_tenant: list[np.ndarray], window_tokens: int,
-               iterations: int, sim_s: float, wall_s: float) -> Trace:
-        counters: dict[str, int] = {}
-        for sim in self.engines:
-            st = sim.state
-            rows = st.live_rows()  # still live at the deadline
-            ids = st.req_id[rows]
-            t_first[ids], outputs[ids], rotations[ids] = st.t_first[rows], st.outputs[rows], st.rotations[rows]
-            last_token[ids] = np.where(st.outputs[rows] > 0, st.t_last[rows], np.nan)
-            st.check()
-            for k, v in vars(st.counters).items():
-                counters[k] = counters.get(k, 0) + int(v)
-        first = self.engines[0]
-        b = first.b_xfer
-        return Trace(
-            t_arr=self.w.arrival_s.copy(), t_first=t_first, t_end=t_end, outputs=outputs, last_token=last_token,
-            rotations=rotations, tenant=first.tenant_index,
-            gaps=np.concatenate(gaps) if gaps else np.zeros(0),
-            gap_tenant=np.concatenate(gap_tenant) if gap_tenant else np.zeros(0, np.int64),
-            rejected=counters.get("rejected", 0), window_tokens=window_tokens, iterations=iterations,
-            sim_s=sim_s, wall_s=wall_s, counters=counters,
-            max_swap_in_blocks_per_iter=max(s.max_h2d for s in self.engines),
-            max_swap_out_blocks_per_iter=max(s.max_d2h for s in self.engines),
-            max_hbm_blocks_used=max(s.max_used for s in self.engines),
-            hbm_blocks=first.hbm_blocks, dram_blocks=first.dram_blocks,
-            b_xfer_blocks=b if b < (1 << 40) else -1, block_bytes=self.cm.block_bytes,
-        )
+        return col.trace(engines, sim_s=max(now) if now else 0.0, wall_s=time.perf_counter() - wall0)

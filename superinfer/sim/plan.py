@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from superinfer.core import Tenant, TenantTable
+from superinfer.sim.build import build_cost_model, overlaps
 from superinfer.sim.engine import SIM_POLICIES, SimConfig
 from superinfer.sim.fabric import get_fabric
 from superinfer.sim.fleet import BALANCERS, Fleet
@@ -34,7 +35,7 @@ from superinfer.sim.hardware import get_hardware
 from superinfer.sim.layout import PP_CHOICES, TP_CHOICES, Layout
 from superinfer.sim.metrics import run_metrics
 from superinfer.sim.models import get_model
-from superinfer.sim.parallel import ParallelCostModel, feasibility, layout_summary
+from superinfer.sim.parallel import feasibility, layout_summary
 from superinfer.sim.workload import load_workload
 
 #: the keys of one simulated configuration in ``plan --json`` (issue 14), then extra detail
@@ -138,12 +139,9 @@ def levels(spec: PlanSpec, feasible: list[Layout]) -> list[tuple[int, list[Candi
 
 def evaluate(spec: PlanSpec, cand: Candidate) -> dict:
     """Simulate one configuration on every seed; the means, in ``configs`` form."""
-    model, hw = get_model(spec.model), get_hardware(spec.hardware)
-    fabric = get_fabric(hw.name, spec.fabric)
-    nooverlap = cand.policy == "lvf-nooverlap"
-    terms, cpu_line = gpu_cost_terms(spec.gpu_costs)
-    cm = ParallelCostModel(model, hw, spec.block_size, Layout(cand.tp, cand.pp), fabric,
-                           overlap=not nooverlap, duplex=not nooverlap, gpu_terms=terms, cpu_line=cpu_line)
+    model = get_model(spec.model)
+    cm = build_cost_model(model, spec.hardware, spec.block_size, gpu_costs=spec.gpu_costs,
+                          overlap=overlaps(cand.policy), layout=Layout(cand.tp, cand.pp), fabric=spec.fabric)
     tenants = TenantTable([Tenant("default", spec.ttft_slo, spec.tbt_slo)])
     runs = []
     for seed in range(spec.seeds):

@@ -89,11 +89,9 @@ def side(metrics: dict[str, Any], q: dict[str, Any]) -> dict[str, Any]:
 def cost_model(block_size: int, cal: Any = None, overlap: bool = True) -> Any:
     """The twin's cost model: compute and transfers both from the calibration; the model profile only sizes
     a block for the fit's transfer rate (seconds per block), the hardware profile is not used beyond that."""
-    from superinfer.sim.costmodel import CostModel
-    from superinfer.sim.hardware import get_hardware
-    from superinfer.sim.models import get_model
+    from superinfer.sim.build import build_cost_model
 
-    return CostModel(get_model("llama-3-8b"), get_hardware("gh200"), block_size, cal, overlap=overlap, duplex=overlap)
+    return build_cost_model("llama-3-8b", "gh200", block_size, calibration=cal, overlap=overlap)
 
 
 def probe_reference(cal: Any, host: Any, context: int) -> float:

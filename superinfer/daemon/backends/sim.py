@@ -36,7 +36,7 @@ from superinfer.daemon.backends.replay import Replay
 from superinfer.daemon.backends.sim_http import SimRequest, dispatch, register_openai_routes, waiter_events
 from superinfer.daemon.backends.twin import MAX_LIVE, LiveTwin
 from superinfer.daemon.httputil import retry_after_s
-from superinfer.sim.costmodel import CostModel
+from superinfer.sim.build import build_cost_model
 from superinfer.sim.engine import SimConfig, reference_iteration_s
 from superinfer.sim.hardware import get_hardware
 from superinfer.sim.models import get_model
@@ -77,7 +77,7 @@ class SimBackend(Backend):
         g = cfg.get
         self.model = get_model(g("engine", "model"))
         self.hardware = get_hardware(g("engine", "hardware"))
-        self.cm = CostModel(self.model, self.hardware, g("engine", "block_size"))
+        self.cm = build_cost_model(self.model, self.hardware, g("engine", "block_size"))
         self.policy = g("scheduler", "policy")
         b = g("scheduler", "b_xfer")
         self._cost_b_xfer = self.cm.default_b_xfer(reference_iteration_s(self.cm, g("engine", "max_num_seqs")),

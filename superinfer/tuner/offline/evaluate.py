@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from superinfer.core import INTEGER_PARAMS, Params, TenantTable
+from superinfer.sim.build import build_cost_model
 from superinfer.sim.costmodel import CostModel
 from superinfer.sim.engine import SimConfig, Simulator, Trace
-from superinfer.sim.hardware import get_hardware
 from superinfer.sim.models import get_model
 from superinfer.sim.workload import Workload
 from superinfer.tuner.offline.scenario import Scenario, phase_workload
@@ -39,7 +39,7 @@ class TwinEnv:
     base: dict[str, float] = field(default_factory=dict)  # knob values a setting does not name
 
     def cost_model(self) -> CostModel:
-        return CostModel(get_model(self.model), get_hardware(self.hardware), self.block_size)
+        return build_cost_model(self.model, self.hardware, self.block_size)
 
     def sim_config(self, tenants: TenantTable, values: dict[str, float], seed: int) -> SimConfig:
         return SimConfig(policy=self.policy, max_num_seqs=self.max_num_seqs,

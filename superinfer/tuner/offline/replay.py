@@ -7,8 +7,10 @@ simulator's public ``add`` and ``step``: the controller sees every arrival (``ar
 token (``first_token``, judged against the tenant's S_F) and every finish (``finished``, mean TBT
 against S_B), all on the simulator's clock, and is ticked every ``tick_s`` virtual seconds. Its writes
 set ``sim.cfg.params`` (applied from the next iteration, as in the daemon's sim backend). The result is
-the simulator's :class:`~superinfer.sim.engine.Trace` (so ``run_metrics`` judges every strategy the
-same way) plus the param trajectory and the controller's decisions.
+the simulator's :class:`~superinfer.sim.engine.Trace`, recorded by the same
+:class:`~superinfer.sim.collect.Collector` as every run of the twin (so ``run_metrics`` judges every
+strategy the same way), plus the param trajectory and the controller's decisions. Unlike
+``Simulator.run`` the replay neither sheds at first-token deadlines nor charges host arrival costs.
 """
 
 from __future__ import annotations
@@ -18,11 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from superinfer.core import INTEGER_PARAMS, Params
+from superinfer.sim.collect import Collector, Trace
 from superinfer.sim.costmodel import CostModel
-from superinfer.sim.engine import UNBOUNDED, SimConfig, Simulator, Trace
+from superinfer.sim.engine import SimConfig, Simulator
 from superinfer.sim.workload import Workload
 
 
@@ -61,16 +62,9 @@ def replay(w: Workload, cm: CostModel, cfg: SimConfig, *, schedule: Sequence[tup
     si = 0
     n = len(w)
     wall0 = time.perf_counter()
-    nxt, now, it, tokens = 0, 0.0, 0, 0
-    end_of_arrivals = float(w.arrival_s[-1]) if n else 0.0
-    window_end = max(float(w.duration_s), end_of_arrivals)
-    deadline = window_end + cfg.drain_s
-    window_tokens = -1
+    col = Collector(w, cfg.drain_s)
+    nxt, now = 0, 0.0
     next_tick = 0.0
-    t_first, t_end, last = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
-    outputs, rotations = np.zeros(n, np.int64), np.zeros(n, np.int64)
-    gaps: list[np.ndarray] = []
-    gap_t: list[np.ndarray] = []
     st = sim.state
     while True:
         clock["now"] = now
@@ -80,8 +74,7 @@ def replay(w: Workload, cm: CostModel, cfg: SimConfig, *, schedule: Sequence[tup
         if ctl is not None and now >= next_tick:
             ctl.tick(now)
             next_tick = now + tick_s
-        if window_tokens < 0 and now >= window_end:
-            window_tokens = tokens
+        in_window = now < col.window_end  # this iteration's tokens count towards window_tokens
         while nxt < n and w.arrival_s[nxt] <= now:
             ta = float(w.arrival_s[nxt])
             sim.add(nxt, ta, int(w.prompt_tokens[nxt]), int(w.output_tokens[nxt]), tenant=int(tix[nxt]),
@@ -98,23 +91,16 @@ def replay(w: Workload, cm: CostModel, cfg: SimConfig, *, schedule: Sequence[tup
                     ctl.tick(next_tick)
                     next_tick += tick_s
             continue
-        if now >= deadline:
+        if now >= col.deadline:
             break
         res = sim.step(now)
         now = res.t_end
-        it += 1
         s = res.sampled
-        tokens += s.ids.shape[0]
-        if s.gaps.shape[0]:
-            gaps.append(s.gaps)
-            gap_t.append(s.gap_tenant)
+        col.add(s, in_window)
         if ctl is not None:
             for ttft, ti in zip(s.first_ttft.tolist(), s.first_tenant.tolist()):
                 ctl.first_token(now - ttft, tname[ti], ttft <= s_f[ti])
-        for f in s.finished:
-            t_first[f.req_id], t_end[f.req_id], last[f.req_id] = f.t_first, f.t_end, f.t_end
-            outputs[f.req_id], rotations[f.req_id] = f.outputs, f.rotations
-            if ctl is not None:
+            for f in s.finished:
                 mean = (f.t_end - f.t_first) / (f.outputs - 1) if f.outputs > 1 else 0.0
                 ctl.finished(f.t_arr, tname[f.tenant], bool(f.t_first - f.t_arr <= s_f[f.tenant]),
                              bool(mean <= s_b[f.tenant]), f.outputs)
@@ -122,17 +108,6 @@ def replay(w: Workload, cm: CostModel, cfg: SimConfig, *, schedule: Sequence[tup
         ctl.tick(now)
         if hasattr(ctl, "stop"):
             ctl.stop(now)
-    rows = st.live_rows()
-    ids = st.req_id[rows]
-    t_first[ids], outputs[ids], rotations[ids] = st.t_first[rows], st.outputs[rows], st.rotations[rows]
-    last[ids] = np.where(st.outputs[rows] > 0, st.t_last[rows], np.nan)
-    trace = Trace(t_arr=w.arrival_s.copy(), t_first=t_first, t_end=t_end, outputs=outputs, last_token=last,
-                  rotations=rotations, tenant=tix, gaps=np.concatenate(gaps) if gaps else np.zeros(0),
-                  gap_tenant=np.concatenate(gap_t) if gap_t else np.zeros(0, np.int64), rejected=st.counters.rejected,
-                  window_tokens=window_tokens if window_tokens >= 0 else tokens, iterations=it, sim_s=now,
-                  wall_s=time.perf_counter() - wall0, counters=vars(st.counters).copy(),
-                  max_swap_in_blocks_per_iter=sim.max_h2d, max_swap_out_blocks_per_iter=sim.max_d2h,
-                  max_hbm_blocks_used=sim.max_used, hbm_blocks=sim.hbm_blocks, dram_blocks=sim.dram_blocks,
-                  b_xfer_blocks=sim.b_xfer if sim.b_xfer < UNBOUNDED else -1, block_bytes=cm.block_bytes)
+    trace = col.trace([sim], sim_s=now, wall_s=time.perf_counter() - wall0)
     decisions = [d.as_dict() for d in ctl.decisions] if ctl is not None and hasattr(ctl, "decisions") else []
     return ReplayResult(trace, trajectory, decisions, ctl)
