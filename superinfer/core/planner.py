@@ -148,6 +148,8 @@ def only_serves_batch(ctx: Ctx, spec: PolicySpec, has_fallback: bool) -> bool:
     rr, cand = np.flatnonzero(running), ~running
     if np.any(s.blocks_hbm[cand] > 0) or np.any(s.num_tokens[rr] - s.num_computed[rr] != 1):
         return False
+    if rr.shape[0] > cap.token_budget:  # not every decode runs: the growth left unused may admit a swap-in
+        return False
     if has_fallback and fits_in_hbm(s, cap):
         return False
     bs = cap.block_size
