@@ -61,6 +61,7 @@ def _slo_from_fit(sched: Any, pf: Path) -> None:
     alone and a :data:`MAX_STRETCH`-th of two decodes beside both 400-token prompts, so some prefill fits beside
     the decodes and, however much slack they bank, not both whole prompts (a fixed SLO sat below the decodes
     alone on a slow day, so no prompt could start beside them)."""
+    sched.step_fit.refit()  # over the whole warm-up: in service refits come at most once a second
     fit = sched.step_fit.coefficients
     alone = fit.iteration_s(0, 0, 2, 100)
     both = fit.iteration_s(800, 400 * 401, 2, 100) / budget_mod.MAX_STRETCH
