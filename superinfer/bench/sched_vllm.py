@@ -52,7 +52,7 @@ def bench_vllm_schedule(*, waiting: int = 4000, running: int = 256, prompt_len: 
     """Median wall time of one ``schedule()`` on identical queues, stock vs RotaScheduler, and the ratio."""
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    from superinfer.bench.engine.tiny import build_tiny_llama
+    from superinfer.daemon.backends.tiny import build_tiny_llama
     from superinfer.vllm import RotaScheduler
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -6,8 +6,8 @@ Class paths: ``--scheduler-cls superinfer.vllm.RotaScheduler`` and ``--kv-transf
 accessed (PEP 562), and then the installed vLLM version is checked first
 (:func:`superinfer.vllm.compat.check_vllm_version`; an unsupported build raises ImportError).
 This package holds only what vLLM loads; the tools that measure it (``bench vllm``, ``bench fidelity``,
-``calibrate``, the tiny test model ``superinfer.bench.engine.tiny``) live in ``superinfer.bench``; see
-docs/vllm-plugin.md.
+``calibrate``) live in ``superinfer.bench``, the tiny test model in ``superinfer.daemon.backends.tiny``;
+see docs/vllm-plugin.md.
 """
 
 from __future__ import annotations

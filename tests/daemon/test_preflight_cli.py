@@ -36,7 +36,7 @@ b_xfer = 32
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from superinfer.bench.engine.tiny import build_tiny_llama
+    from superinfer.daemon.backends.tiny import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("m") / "tiny")
 

@@ -89,7 +89,7 @@ def test_cpu_demo_serves_a_real_client_under_kv_pressure(tmp_path: Path) -> None
 
 
 def test_an_engine_that_cannot_load_says_why(tmp_path: Path) -> None:
-    from superinfer.bench.engine.tiny import build_tiny_llama
+    from superinfer.daemon.backends.tiny import build_tiny_llama
 
     model = build_tiny_llama(tmp_path / "bad")
     cfg = json.loads((model / "config.json").read_text())

@@ -33,7 +33,7 @@ VLLM_ENV = {
 
 
 def test_vllm_backend_serves_completion_with_tenant(tmp_path: Path) -> None:
-    from superinfer.bench.engine.tiny import build_tiny_llama
+    from superinfer.daemon.backends.tiny import build_tiny_llama
 
     model = build_tiny_llama(tmp_path / "tiny", seed=0)
     profile = f"""

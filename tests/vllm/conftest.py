@@ -193,7 +193,7 @@ def ample_run(run_vllm: Callable[..., EngineRun], tiny_model: Path) -> EngineRun
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Llama built once per session, with no network."""
-    from superinfer.bench.engine.tiny import build_tiny_llama
+    from superinfer.daemon.backends.tiny import build_tiny_llama
 
     with _env(VLLM_TEST_ENV):
         return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), seed=0)

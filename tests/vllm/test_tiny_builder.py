@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from superinfer.bench.engine.tiny import build_tiny_llama
+from superinfer.daemon.backends.tiny import build_tiny_llama
 from superinfer.vllm import compat
 
 
@@ -123,7 +123,7 @@ def test_installed_vllm_is_a_supported_one() -> None:
 def test_plugin_package_is_light_and_exports_the_classes_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
     # Importing the package (and the builder, the pins) must not pull vLLM, torch or transformers in.
     code = (
-        "import sys, superinfer.vllm, superinfer.bench.engine.tiny, superinfer.vllm.compat, superinfer.vllm.params\n"
+        "import sys, superinfer.vllm, superinfer.daemon.backends.tiny, superinfer.vllm.compat, superinfer.vllm.params\n"
         "print(sorted(m for m in ('vllm', 'torch', 'transformers') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -151,7 +151,7 @@ def test_plugin_classes_check_the_vllm_version(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_the_tiny_shape_option_parses_and_rejects_clearly() -> None:
-    from superinfer.bench.engine.tiny import parse_tiny_shape
+    from superinfer.daemon.backends.tiny import parse_tiny_shape
 
     assert parse_tiny_shape("4,256,768") == {"num_hidden_layers": 4, "hidden_size": 256, "intermediate_size": 768}
     for bad in ("4,256", "4,x,768", ""):

@@ -172,7 +172,7 @@ def calibrate(ctx: click.Context, model_dir: str | None, build_tiny: str | None,
     except ImportError as exc:
         raise click.ClickException(str(exc)) from None
     if build_tiny:
-        from superinfer.bench.engine.tiny import build_tiny_llama
+        from superinfer.daemon.backends.tiny import build_tiny_llama
 
         model_dir = str(build_tiny_llama(Path(build_tiny)))
     if threads:

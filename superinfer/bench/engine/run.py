@@ -36,7 +36,7 @@ from superinfer.bench.engine.hostload import HostLoad, rt_throttle
 from superinfer.bench.engine.paired import (end_capacity, paired_results, parse_pairs, parse_shares,
                                             run_interleaved, start_capacity)
 from superinfer.bench.engine.text import echo_summary
-from superinfer.bench.engine.tiny import tiny_shape_option
+from superinfer.daemon.backends.tiny import tiny_shape_option
 from superinfer.core import PARAM_BOUNDS
 from superinfer.sim.options import knob_options, start_s_option, with_start
 
@@ -294,7 +294,7 @@ def prepare(o: dict[str, Any], workdir: Path) -> tuple[list[str], tuple[float, f
                    "(kernel.sched_rt_runtime_us): a busy engine measures slower than it is. Run it under "
                    "'nice -n -20' instead (or set kernel.sched_rt_runtime_us=-1).", err=True)
     if o["build_tiny"]:
-        from superinfer.bench.engine.tiny import build_tiny_llama
+        from superinfer.daemon.backends.tiny import build_tiny_llama
 
         o["model"] = str(build_tiny_llama(Path(o["build_tiny"]), **o["tiny_shape"]))
     else:

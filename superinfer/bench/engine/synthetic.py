@@ -1,7 +1,7 @@
 """Schedulers without an engine: vLLM's scheduler classes on a dummy config, as vLLM's own CPU-only
 scheduler tests build them (``tests/v1/core/test_scheduler.py``: ``create_scheduler``/``create_requests``).
 
-The model config points at a tiny local model (built with :func:`superinfer.bench.engine.tiny.build_tiny_llama`,
+The model config points at a tiny local model (built with :func:`superinfer.daemon.backends.tiny.build_tiny_llama`,
 no network); the KV cache is described, not allocated. Used by ``bench sched --vllm`` and by tests that
 need a scheduler in a given state.
 """

@@ -45,7 +45,7 @@ def ensure_tiny_model(cfg: Config) -> None:
     """``engine.tiny_model``: build the tiny random Llama at ``engine.model_path`` unless it is there."""
     if not cfg.get("engine", "tiny_model"):
         return
-    from superinfer.bench.engine.tiny import TINY_STAMP, build_tiny_llama
+    from superinfer.daemon.backends.tiny import TINY_STAMP, build_tiny_llama
 
     path = Path(cfg.get("engine", "model_path")).expanduser()
     fresh = not (path / "config.json").is_file()

@@ -1,6 +1,7 @@
 """Build a tiny random Llama (config, weights, tokenizer) on disk, with no network.
 
-Used by the real-engine tests and by ``superinferd bench vllm --build-tiny DIR``: vLLM on CPU loads
+Used by the ``cpu-demo`` profile (``engine.tiny_model``), the real-engine tests and
+``superinferd bench vllm --build-tiny DIR``: vLLM on CPU loads
 it in seconds and decodes hundreds of tokens per second, so scheduling behaviour (preemption,
 rotation) can be exercised for real without downloading anything.
 """
