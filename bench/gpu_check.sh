@@ -55,7 +55,7 @@ if args[0] == "probe":
     r = run_probe(model.kv_bytes_per_token * 16, device=opt("--device", "cuda")).as_dict()
     print(json.dumps({"model": model.name, "block_size": 16, **r}))
 else:
-    from superinfer.duplexkv.bench import run_bench
+    from superinfer.bench.kv.ablation import run_bench
     print(json.dumps(run_bench(model=model.name, device=opt("--device", "cuda"), bytes_each_way=int(opt("--total-mb", "8192")) << 20,
                                repeats=int(opt("--repeats", "3")))))
 PYEOF

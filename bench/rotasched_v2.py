@@ -17,10 +17,11 @@ import os
 import sys
 from dataclasses import asdict
 
+from superinfer.bench.twin.grid import grid, run_grid
+from superinfer.bench.twin.plots import metric_vs_x
 from superinfer.core import Params
-from superinfer.sim.bench import RunSpec, grid, run_grid
 from superinfer.sim.metrics import summarise
-from superinfer.sim.plots import metric_vs_x
+from superinfer.sim.run import RunSpec
 
 AZURE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "traces", "azure_conv_2023.csv")
 POLICIES = ["vllm", "vllm-offload", "sjf", "lvf-paper", "lvf"]

@@ -14,8 +14,9 @@ import json
 import sys
 from dataclasses import asdict
 
+from superinfer.bench.twin.grid import run_grid
 from superinfer.core import Params
-from superinfer.sim.bench import RunSpec, run_grid
+from superinfer.sim.run import RunSpec
 
 AZURE = "../shared/data/traces/azure_conv_2023.csv"
 POINTS = [  # (model, workload, rps)

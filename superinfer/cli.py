@@ -1,8 +1,9 @@
 """`superinferd`: the operator's command line.
 
-Subcommands live next to the code they drive and are loaded lazily, so `superinferd --help` stays fast
-and does not import torch or vLLM. Each entry maps a command name to ``module:attribute`` of a click
-command. Exit codes (design §7): 0 ok, 1 failure, 2 usage/config error, 3 not running.
+Subcommands live next to the code they drive (benchmarks and `calibrate` in ``superinfer.bench``, which
+only this module imports) and are loaded lazily, so `superinferd --help` stays fast and does not import
+torch or vLLM. Each entry maps a command name to ``module:attribute`` of a click command. Exit codes
+(design §7): 0 ok, 1 failure, 2 usage/config error, 3 not running.
 """
 
 from __future__ import annotations
@@ -58,12 +59,12 @@ def main() -> None:
     cls=LazyGroup,
     lazy={
         "sched": "superinfer.bench.sched:bench_sched",
-        "sim": "superinfer.sim.cli:bench_sim",
-        "figures": "superinfer.sim.figures:figures",
-        "kv": "superinfer.duplexkv.cli:bench_kv",
+        "sim": "superinfer.bench.twin.cli:bench_sim",
+        "figures": "superinfer.bench.twin.figures:figures",
+        "kv": "superinfer.bench.kv.cli:bench_kv",
         "vllm": "superinfer.bench.engine.run:bench_vllm",
         "fidelity": "superinfer.bench.fidelity.run:bench_fidelity",
-        "tuner": "superinfer.tuner.bench.cli:bench_tuner",
+        "tuner": "superinfer.bench.tuner.cli:bench_tuner",
         "opprofile": "superinfer.bench.costmodel.cli:opprofile",
         "costmodel": "superinfer.bench.costmodel.cli:costmodel",
     },

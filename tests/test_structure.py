@@ -1,4 +1,6 @@
-"""The package's shape: no import cycle between modules of ``superinfer/``, no source file over 400 lines.
+"""The package's shape: no import cycle between modules of ``superinfer/``, no source file over 400 lines,
+nothing but the command line importing the benchmarks (``superinfer/bench/``), only the plugin in
+``superinfer/vllm/``.
 
 Import graph. Every ``.py`` file under ``superinfer/`` is a node named by its dotted module
 (``superinfer/daemon/server.py`` -> ``superinfer.daemon.server``; a package's ``__init__.py`` is the
@@ -201,6 +203,33 @@ def test_no_source_file_over_the_limit() -> None:
     if long:
         pytest.fail(f"source files over {MAX_LINES} lines:\n"
                     + "\n".join(f"  {p}: {n} lines" for p, n in long.items()), pytrace=False)
+
+
+#: the measurement tools behind ``superinferd bench ...`` and ``superinferd calibrate``
+BENCH = f"{PACKAGE}.bench"
+#: the only module outside :data:`BENCH` that may import it (the command line, which wires the subcommands)
+BENCH_IMPORTERS = frozenset({f"{PACKAGE}.cli"})
+
+
+def in_bench(name: str) -> bool:
+    return name == BENCH or name.startswith(BENCH + ".")
+
+
+def test_only_the_command_line_imports_the_benchmarks() -> None:
+    """``superinfer/bench/`` holds everything behind ``superinferd bench ...`` and ``calibrate`` (one
+    subpackage per subcommand). The product (daemon, core, simulator, tuner, KV engine, plugin, dashboard)
+    never depends on it: a function a product command needs lives in the product package, and the bench
+    imports it from there. Only ``superinfer.cli`` (and modules inside ``superinfer.bench``) may import it;
+    lazy and TYPE_CHECKING imports count, as in the cycle test."""
+    files = source_files(ROOT)
+    bad = {name: sorted(d for d in imports_of(name, path, files) if in_bench(d))
+           for name, path in files.items() if not in_bench(name) and name not in BENCH_IMPORTERS}
+    bad = {name: deps for name, deps in bad.items() if deps}
+    if bad:
+        pytest.fail(f"modules outside {BENCH} import it (only {', '.join(sorted(BENCH_IMPORTERS))} may); move what "
+                    "they need into their own package, or the importer into superinfer/bench/:\n"
+                    + "\n".join(f"  {name} -> {', '.join(deps)}" for name, deps in sorted(bad.items())),
+                    pytrace=False)
 
 
 #: what vLLM loads: the plugin's scheduler and connector and the modules they import (``superinfer.vllm``'s

@@ -1,4 +1,5 @@
-"""``superinferd probe`` and ``superinferd bench kv`` (wired lazily from ``superinfer/cli.py``).
+"""``superinferd probe`` (wired lazily from ``superinfer/cli.py``; ``superinferd bench kv`` is
+``superinfer.bench.kv.cli``, which shares :func:`checked_block_bytes`).
 
 Exit codes (design §7): 0 ok, 1 failure, 2 usage error (bad option values included).
 """
@@ -14,7 +15,8 @@ from superinfer.duplexkv.backends import NAMES as BACKENDS
 DEFAULT_ITERATION_S = 0.05  # a 50 ms decode iteration: the paper's TBT SLO is 100 ms
 
 
-def _block_bytes(model: str, block_size: int) -> int:
+def checked_block_bytes(model: str, block_size: int) -> int:
+    """Bytes of one KV block of ``model`` (a profile name); a bad value is a usage error naming its option."""
     from superinfer.sim.models import get_model
 
     if block_size <= 0:
@@ -40,7 +42,7 @@ def probe(model: str, block_size: int, iteration_s: float, eta: float, device: s
     """Measure host<->device bandwidth, one way and both at once, and derive B_xfer (design §4)."""
     from superinfer.duplexkv.probe import run_probe
 
-    block_bytes = _block_bytes(model, block_size)
+    block_bytes = checked_block_bytes(model, block_size)
     try:
         result = run_probe(
             block_bytes, device=device, backend=backend, iteration_s=iteration_s, eta=eta,
@@ -61,44 +63,3 @@ def probe(model: str, block_size: int, iteration_s: float, eta: float, device: s
     if data["note"]:
         click.echo(f"note          {data['note']}", err=True)
 
-
-@click.command("kv")
-@click.option("--model", default="llama-3-8b", show_default=True, help="Model profile (block bytes, layers).")
-@click.option("--block-size", default=16, show_default=True, type=int, help="Tokens per KV block.")
-@click.option("--total-mb", type=int, default=None, help="MiB moved in EACH direction (default: 8192 on GPU, 32 on CPU).")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--repeats", default=11, show_default=True, type=int, help="Interleaved repeats; rows report medians.")
-@click.option("--run-blocks", default=8, show_default=True, type=int, help="Adjacent device blocks per run.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def bench_kv(model: str, block_size: int, total_mb: int | None, device: str, repeats: int, run_blocks: int,
-             as_json: bool) -> None:
-    """Table 1 ablation: naive, merged 4 MB, merged kernel, full duplex, ideal (same bytes per row)."""
-    from superinfer.duplexkv.bench import run_bench
-
-    _block_bytes(model, block_size)
-    if total_mb is not None and total_mb <= 0:
-        raise click.BadParameter(f"must be > 0, got {total_mb}", param_hint="--total-mb")
-    if run_blocks <= 0:
-        raise click.BadParameter(f"must be > 0, got {run_blocks}", param_hint="--run-blocks")
-    try:
-        result = run_bench(
-            model=model, block_size=block_size, device=device, repeats=repeats, run_blocks=run_blocks,
-            bytes_each_way=None if total_mb is None else total_mb << 20,
-        )
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
-    if as_json:
-        click.echo(json.dumps(result))
-        return
-    cpu = result["device"] == "cpu"
-    click.echo(f"{result['device']} ({result['device_name']}): {model}, {result['block_bytes']} B blocks, "
-               f"{result['bytes_each_way'] / 2**20:.0f} MiB each way, median of {repeats}")
-    head = f"{'row':<14}{'ms':>10}{'GB/s':>9}{'/ideal':>8}" + (f"{'/copy_':>8}" if cpu else "")
-    click.echo(head)
-    for row in result["rows"]:
-        line = f"{row['row']:<14}{row['ms']:>10.2f}{row['gbps']:>9.2f}{row['ratio_to_ideal']:>8.2f}"
-        if cpu and "ratio_to_copy" in row:
-            line += f"{row['ratio_to_copy']:>8.2f}"
-        click.echo(line)
-    if result["note"]:
-        click.echo(f"note: {result['note']}", err=True)

@@ -5,7 +5,7 @@ Every twin prices its iterations with a :class:`~superinfer.sim.costmodel.CostMo
 and only here, from what a spec names: the model and hardware profiles (names or profiles), the KV block
 size, an optional calibration of a measured engine, the GPU cost choice
 (:data:`~superinfer.sim.grounded.GPU_COSTS`), whether copies overlap compute, and an optional layout and
-fabric. Callers: the batch simulator's grid (:func:`superinfer.sim.bench.cost_model`), the layout planner
+fabric. Callers: one twin run from a spec (:func:`superinfer.sim.run.cost_model`), the layout planner
 (:func:`superinfer.sim.plan.evaluate`), the tuner's twin (:meth:`superinfer.tuner.offline.evaluate.TwinEnv.cost_model`,
 which its replay uses), the daemon's live twin (:class:`superinfer.daemon.backends.sim.SimBackend`) and the
 fidelity bench's calibrated twin (:func:`superinfer.bench.fidelity.twin.cost_model`).

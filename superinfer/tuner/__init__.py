@@ -3,8 +3,8 @@
 The controller modules here (``controller`` and its collaborators ``tracking``, ``baseline``,
 ``trials``, ``chooser``; ``switchback``, ``measure``, ``objective``, ``stats``, ``phase``, ``bandit``, ``local``,
 ``space``, ``arms``, ``freeze``, ``decisions``, ``snapshot``, ``config``) import only the core, numpy and Optuna: no
-daemon, no simulator, no torch, no vLLM (``tests/tuner/test_imports.py``). ``offline/`` (``superinferd tune``) and
-``bench/`` (``superinferd bench tuner``) drive the twin and import the simulator.
+daemon, no simulator, no torch, no vLLM (``tests/tuner/test_imports.py``). ``offline/`` (``superinferd tune``) drives
+the twin and imports the simulator; ``superinferd bench tuner`` lives in ``superinfer/bench/tuner/``.
 docs/tuner.md has the design and the numbers.
 """
 

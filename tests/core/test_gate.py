@@ -120,7 +120,7 @@ def test_the_table_version_moves_on_membership_changes_only() -> None:
 
 def _twin(replan_steps: int) -> dict:
     from superinfer.core import Params, Tenant, TenantTable
-    from superinfer.sim.bench import RunSpec, run_one
+    from superinfer.sim.run import RunSpec, run_one
 
     # reasoning traffic on a device held to 3,000 KV blocks: memory binds, requests wait and rotate
     return run_one(RunSpec(policy="lvf", rps=6.0, seed=0, workload="reasoning", duration_s=30.0, model="qwen2.5-32b",

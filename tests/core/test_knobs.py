@@ -58,7 +58,7 @@ def test_every_surface_exposes_exactly_the_tables_knobs() -> None:
     from superinfer.bench.fidelity.run import bench_fidelity
     from superinfer.daemon.api import PARAMS_UPDATE_SCHEMA
     from superinfer.daemon.schema import SCHEMA
-    from superinfer.sim.cli import bench_sim
+    from superinfer.bench.twin.cli import bench_sim
 
     scheduler = {n: key for n, key in SCHEMA["scheduler"].items() if n in KNOB or n in PARAM_BOUNDS}
     assert list(scheduler) == NAMES

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from superinfer.core import EngineState, Params, Tenant, TenantTable, get_policy
 from superinfer.core.policies import POLICIES
-from superinfer.sim.bench import RunSpec, run_one
+from superinfer.sim.run import RunSpec, run_one
 from tests.core.builders import BS
 
 DEADLINES = TenantTable([Tenant("fast", 1.0, 0.1, max_queue_s=4.0), Tenant("patient", 5.0, 0.1)])

@@ -90,7 +90,7 @@ def test_every_core_knob_is_accepted_by_every_surface(key: str, tmp_path: Path) 
     from superinfer.daemon.metrics import DaemonMetrics
     from superinfer.daemon.schema import SCHEMA
     from superinfer.daemon.startup import initial_params, persist
-    from superinfer.sim.cli import bench_sim
+    from superinfer.bench.twin.cli import bench_sim
     from superinfer.vllm.params import parse_params
 
     lo, hi = PARAM_BOUNDS[key]

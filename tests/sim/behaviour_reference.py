@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from superinfer.core import Tenant, TenantTable
-from superinfer.sim.bench import RunSpec, run_one
+from superinfer.sim.run import RunSpec, run_one
 from superinfer.sim.engine import SIM_POLICIES
 
 PINNED = tuple(p for p in SIM_POLICIES if p not in ("lvf", "lvf-nooverlap", "lvf-hbm"))  # lvf and its engine variants

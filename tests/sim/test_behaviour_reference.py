@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from superinfer.sim.bench import run_one
+from superinfer.sim.run import run_one
 from tests.sim.behaviour_reference import FIXTURE, WALL_KEYS, key, specs
 
 REFERENCE = json.loads(FIXTURE.read_text())

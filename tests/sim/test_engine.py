@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from superinfer.core import Params, Tenant, TenantTable
-from superinfer.sim.bench import RunSpec, run_one
+from superinfer.sim.run import RunSpec, run_one
 from superinfer.sim.costmodel import CostModel
 from superinfer.sim.engine import SIM_POLICIES, SimConfig, Simulator, Trace
 from superinfer.sim.hardware import get_hardware

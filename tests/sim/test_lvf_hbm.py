@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from superinfer.core import Params, TenantTable, core_policy_name
-from superinfer.sim.bench import RunSpec, run_one
+from superinfer.sim.run import RunSpec, run_one
 
 REASONING = RunSpec(policy="lvf", rps=4.0, seed=1, workload="reasoning", arrival="poisson", duration_s=60.0,
                     model="qwen2.5-32b", hardware="gh200", block_size=16, max_num_seqs=256,

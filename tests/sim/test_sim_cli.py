@@ -59,7 +59,7 @@ def _knob_args():
 def test_bench_sim_takes_every_knob(tmp_path, monkeypatch):
     """--slack-gate-s, --rotation-margin-s, --hopeless-last (and every other knob of the core) reach the
     twin's Params and the JSON's config."""
-    from superinfer.sim import cli
+    from superinfer.bench.twin import cli
 
     seen = []
     real = cli.run_grid
@@ -89,7 +89,7 @@ def test_bench_sim_rejects_out_of_bounds_knobs_naming_them():
 
 def test_a_failing_summary_never_loses_the_runs(tmp_path, monkeypatch):
     """The runs are the measurement; a summary (or plot) that fails is reported, exit 1, runs still written."""
-    import superinfer.sim.cli as sim_cli
+    import superinfer.bench.twin.cli as sim_cli
 
     def broken(runs):
         raise KeyError("engine_counters")

@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2] / "superinfer" / "tuner"
 CONTROLLER_MODULES = sorted(p for p in ROOT.glob("*.py"))
 FORBIDDEN = ("superinfer.daemon", "superinfer.sim", "superinfer.vllm", "superinfer.duplexkv", "superinfer.tui",
-             "superinfer.tuner.offline", "superinfer.tuner.bench", "torch", "vllm")
+             "superinfer.tuner.offline", "superinfer.bench", "torch", "vllm")
 
 
 def _imports(path: Path) -> set[str]:

@@ -10,11 +10,12 @@ from dataclasses import replace
 import click
 
 from superinfer.core import PARAM_BOUNDS, Params, Tenant, TenantTable
-from superinfer.sim.bench import RunSpec, grid, run_grid
+from superinfer.bench.twin.grid import grid, run_grid
 from superinfer.sim.engine import SIM_POLICIES
 from superinfer.sim.grounded import GPU_COSTS
 from superinfer.sim.options import knob_options, positive_floats, start_s_option, with_start
 from superinfer.sim.metrics import summarise
+from superinfer.sim.run import RunSpec
 from superinfer.sim.workload import WorkloadError
 
 
@@ -137,7 +138,7 @@ def bench_sim(**o: object) -> None:
     try:  # the runs are written whatever goes wrong in their summary or plot
         result["summary"] = summarise(runs)
         if o["plot_dir"]:
-            from superinfer.sim.plots import attainment_vs_x
+            from superinfer.bench.twin.plots import attainment_vs_x
 
             path = os.path.join(str(o["plot_dir"]), f"attainment_{o['model']}_{o['hardware']}.png")
             attainment_vs_x(result["summary"], path, f"{o['model']} on {o['hardware']}, {o['workload']} ({o['arrival']})")

@@ -1,5 +1,5 @@
 """``superinferd bench tuner``: the online tuner against ``paper``, ``static_best`` and a per-phase
-``oracle`` on shifting traffic, on the twin in virtual time (superinfer.tuner.bench.main)."""
+``oracle`` on shifting traffic, on the twin in virtual time (superinfer.bench.tuner.main)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _pp(x: float) -> str:
 def bench_tuner(scenario, workload, arrival, rps, model, hardware, seeds, static_trials, study_seeds, eval_s, control,
                 jobs, json_path, plot_dir) -> None:
     """Does the online tuner beat the best static setting on shifting traffic? (twin, virtual time)"""
-    from superinfer.tuner.bench.main import BenchSpec, run_bench
+    from superinfer.bench.tuner.main import BenchSpec, run_bench
     from superinfer.tuner.offline.evaluate import TwinEnv
     from superinfer.tuner.offline.scenario import trace_scenario
 
@@ -54,7 +54,7 @@ def bench_tuner(scenario, workload, arrival, rps, model, hardware, seeds, static
     res = run_bench(spec, progress=None if quiet else (lambda m: click.echo(m, err=True)))
     res["command"] = "superinferd bench tuner " + " ".join(sys.argv[3:])
     if plot_dir:
-        from superinfer.tuner.bench.plots import all_figures
+        from superinfer.bench.tuner.plots import all_figures
 
         res["plots"] = all_figures(res, plot_dir)
     text = json.dumps(res, indent=1, default=float)

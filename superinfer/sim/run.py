@@ -1,14 +1,12 @@
-"""Run grids of simulations: (policy, rps, seed[, variant]) -> metrics, in parallel processes.
+"""Build and run one twin from a spec: :class:`RunSpec` -> metrics (:func:`run_one`).
 
-Every run is independent and deterministic for its seed, so the grid is spread over a process pool and
-the result does not depend on the number of workers.
+A run is independent and deterministic for its seed. The batch simulator's grids of runs, spread over a
+process pool, are ``superinferd bench sim``'s (:mod:`superinfer.bench.twin.grid`).
 """
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from superinfer.core import Params, TenantTable
 from superinfer.sim.build import build_cost_model, overlaps
@@ -78,15 +76,3 @@ def run_one(spec: RunSpec) -> dict:
     out["workload_skipped_lines"] = w.skipped_count
     return out
 
-
-def run_grid(specs: list[RunSpec], workers: int | None = None) -> list[dict]:
-    """Run every spec; results in the order given."""
-    workers = workers or min(len(specs), os.cpu_count() or 1)
-    if workers <= 1 or len(specs) <= 1:
-        return [run_one(s) for s in specs]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(run_one, specs, chunksize=1))
-
-
-def grid(base: RunSpec, policies: list[str], rps: list[float | None], seeds: int, **overrides: object) -> list[RunSpec]:
-    return [replace(base, policy=p, rps=r, seed=s, **overrides) for p in policies for r in rps for s in range(seeds)]

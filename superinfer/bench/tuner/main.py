@@ -11,7 +11,7 @@
 2. Every strategy on seeds ``0 .. seeds - 1`` of the scenario, and ``tuner`` and ``static_best`` on the
    stationary control (there ``static_best`` is the study's arm for that phase: the best static setting
    for stationary chat traffic), in a process pool.
-3. :func:`~superinfer.tuner.bench.summary.summarise` and the targets.
+3. :func:`~superinfer.bench.tuner.summary.summarise` and the targets.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from superinfer.tuner.arms import arms_from_dict
-from superinfer.tuner.bench.runs import STRATEGIES, RunTask, run_task, start_setting
-from superinfer.tuner.bench.summary import summarise, targets
+from superinfer.bench.tuner.runs import STRATEGIES, RunTask, run_task, start_setting
+from superinfer.bench.tuner.summary import summarise, targets
 from superinfer.tuner.config import TunerConfig
 from superinfer.tuner.offline.evaluate import TwinEnv
 from superinfer.tuner.offline.scenario import SCENARIOS, Scenario, get_scenario

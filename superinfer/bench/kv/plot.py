@@ -1,4 +1,4 @@
-"""Bar chart of a ``bench kv --json`` result: ``python -m superinfer.duplexkv.plot IN.json OUT.png``."""
+"""Bar chart of a ``bench kv --json`` result: ``python -m superinfer.bench.kv.plot IN.json OUT.png``."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def plot(result: dict, path: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m superinfer.duplexkv.plot IN.json OUT.png", file=sys.stderr)
+        print("usage: python -m superinfer.bench.kv.plot IN.json OUT.png", file=sys.stderr)
         return 2
     with open(args[0]) as f:
         plot(json.load(f), args[1])

@@ -1,7 +1,7 @@
-"""The paper's Table 1 ablation on whatever device is present (design §4).
+"""The paper's Table 1 ablation on whatever device is present (design §4), behind ``superinferd bench kv``.
 
 Every row moves the same bytes: ``bytes_each_way`` device-to-host *and* as many host-to-device, with the
-model's block size, device ids shuffled in runs (``rig.py``):
+model's block size, device ids shuffled in runs (``superinfer.duplexkv.rig``):
 
 - ``naive``: one copy per block per layer per K/V segment (vLLM's per-layer layout), directions in turn;
 - ``merged_4mb``: adjacent runs merged, cut into ~4 MB copies, directions in turn;

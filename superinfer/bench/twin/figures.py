@@ -22,9 +22,10 @@ from dataclasses import replace
 import click
 
 from superinfer.core import Params
-from superinfer.sim.bench import RunSpec, grid, run_grid
+from superinfer.bench.twin.grid import grid, run_grid
+from superinfer.bench.twin.plots import attainment_vs_x, metric_vs_x
 from superinfer.sim.metrics import summarise
-from superinfer.sim.plots import attainment_vs_x, metric_vs_x
+from superinfer.sim.run import RunSpec
 
 ALL_POLICIES = ["vllm", "vllm-offload", "priority", "sarathi", "sjf", "lvf-paper", "lvf", "lvf-nooverlap"]
 # The paper's own figures (ablation, parameter sweeps) reproduce the paper's algorithm.
@@ -118,7 +119,7 @@ def figures(out: str, seeds: int, duration: float, only: str, workers: int | Non
         raise click.BadParameter(f"expected all|main|ablation|sweeps|report|replot, got {only!r}", param_hint="--only")
     os.makedirs(out, exist_ok=True)
     if only == "report":
-        from superinfer.sim.report import markdown, reproduction_rows
+        from superinfer.bench.twin.report import markdown, reproduction_rows
 
         rows = reproduction_rows(out)
         _save(out, "reproduction_summary", {"command": "superinferd bench figures " + " ".join(sys.argv[3:]),
@@ -145,7 +146,7 @@ def figures(out: str, seeds: int, duration: float, only: str, workers: int | Non
             click.echo(f"{name}: {len(runs)} runs, {time.time() - t0:.0f} s")
     sweep_base = replace(base, model=SWEEP_MODEL, workload=SWEEP_WORKLOAD, rps=SWEEP_RPS)
     if only in ("all", "ablation"):
-        from superinfer.sim.bench import cost_model
+        from superinfer.sim.run import cost_model
         from superinfer.sim.engine import reference_iteration_s
 
         default_b = cost_model(replace(sweep_base, policy=PAPER_LVF)).default_b_xfer(

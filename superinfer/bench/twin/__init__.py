@@ -1,0 +1,1 @@
+"""`superinferd bench sim` and `superinferd bench figures`: the twin's policy comparison (grids of runs, report, plots)."""
