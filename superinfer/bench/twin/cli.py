@@ -9,8 +9,9 @@ from dataclasses import replace
 
 import click
 
-from superinfer.core import PARAM_BOUNDS, Params, Tenant, TenantTable
+from superinfer.bench.twin.capacity import capacity_lines, slo_capacity
 from superinfer.bench.twin.grid import grid, run_grid
+from superinfer.core import PARAM_BOUNDS, Params, Tenant, TenantTable
 from superinfer.sim.engine import SIM_POLICIES
 from superinfer.sim.grounded import GPU_COSTS
 from superinfer.sim.options import knob_options, positive_floats, start_s_option, with_start
@@ -137,6 +138,8 @@ def bench_sim(**o: object) -> None:
     }
     try:  # the runs are written whatever goes wrong in their summary or plot
         result["summary"] = summarise(runs)
+        if len(rps) > 1:
+            result["slo_capacity"] = slo_capacity(result["summary"])
         if o["plot_dir"]:
             from superinfer.bench.twin.plots import attainment_vs_x
 
@@ -157,6 +160,8 @@ def bench_sim(**o: object) -> None:
         sys.exit(1)
     if o["json_path"] != "-":
         _table(result["summary"])
+        for line in capacity_lines(result.get("slo_capacity", {})):
+            click.echo(line)
 
 
 def _table(summary: list[dict]) -> None:
