@@ -16,7 +16,9 @@ values returned always passed validation (each knob by the core's ``check_knob``
 :data:`B_XFER_BOUNDS`, tenants via :class:`Tenant`); a bad or unreadable file is logged once per change and
 ignored, so the last good values stay in force. This module owns the file's format both ways: the daemon
 builds it with :func:`params_file_data` and every writer goes through :func:`write_params` (atomic
-replace), which validates with :func:`parse_params` first.
+replace), which validates with :func:`parse_params` first. :func:`plugin_wiring` is the one place that
+says how an engine loads the plugin (scheduler class, DuplexKV connector, environment): the daemon's
+``vllm serve`` command line and the benches' in-process ``LLM(...)`` both take it from there.
 """
 
 from __future__ import annotations
@@ -29,13 +31,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from superinfer.core import B_XFER_BOUNDS, INTEGER_PARAMS, PARAM_BOUNDS, Params, Tenant, check_knob, check_number
+from superinfer.core import (B_XFER_BOUNDS, HBM_ONLY_POLICIES, INTEGER_PARAMS, PARAM_BOUNDS, Params, Tenant, check_knob,
+                             check_number, core_policy_name)
 from superinfer.core.budget import IterationModel
 
 log = logging.getLogger(__name__)
 
 ENV_PARAMS_FILE = "SUPERINFER_PARAMS_FILE"
 ENV_CALIBRATION = "SUPERINFER_CALIBRATION"
+ENV_POLICY = "SUPERINFER_POLICY"
+SCHEDULER_CLS = "superinfer.vllm.RotaScheduler"
 DEFAULT_B_XFER = 64
 #: the scheduler knobs the file may set: every live-tunable knob of the core
 PARAM_KEYS: tuple[str, ...] = tuple(PARAM_BOUNDS)
@@ -181,3 +186,55 @@ def load_step_model(path: str | None) -> IterationModel | None:
     except (OSError, ValueError) as exc:
         raise ValueError(f"RotaScheduler: calibration {path!r} (from ${ENV_CALIBRATION} or the connector's "
                          f"'calibration'): {exc}") from exc
+
+
+@dataclass(frozen=True)
+class PluginWiring:
+    """How one vLLM engine loads the plugin: RotaScheduler always; the DuplexKV connector only with a host
+    tier (``kv_transfer_config`` None: none), its settings then in the connector's extra config, else in
+    ``env`` (the scheduler reads both: :mod:`superinfer.vllm.scheduler`)."""
+
+    scheduler_cls: str
+    kv_transfer_config: dict[str, Any] | None
+    env: dict[str, str]
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``vllm.LLM`` / ``EngineArgs``."""
+        out: dict[str, Any] = {"scheduler_cls": self.scheduler_cls}
+        if self.kv_transfer_config is not None:
+            out["kv_transfer_config"] = self.kv_transfer_config
+        return out
+
+    def cli_args(self) -> list[str]:
+        """The same as ``vllm serve`` flags."""
+        out = ["--scheduler-cls", self.scheduler_cls]
+        if self.kv_transfer_config is not None:
+            out += ["--kv-transfer-config", json.dumps(self.kv_transfer_config)]
+        return out
+
+
+def plugin_wiring(policy: str, params_file: str | os.PathLike[str] | None = None, *, host_tier: bool = True,
+                  host_blocks: int | None = None, load: str | None = None,
+                  calibration: str | None = None) -> PluginWiring:
+    """The plugin for the engine policy ``policy`` (``lvf``, ``lvf-hbm``, ``vllm``, ...; the scheduler runs its
+    core policy, :func:`~superinfer.core.core_policy_name`). The connector comes only where the policy keeps
+    a host tier and ``host_tier`` says there is one (a host pool of more than 0 bytes): ``lvf-hbm`` and an
+    empty pool run RotaScheduler alone. ``host_blocks``, ``load``: the connector's pool size and load mode
+    (None: its defaults); ``calibration``: a step-time calibration file (None: the online fit)."""
+    core = core_policy_name(policy)
+    if policy in HBM_ONLY_POLICIES or not host_tier:
+        env = {ENV_POLICY: core}
+        if params_file:
+            env[ENV_PARAMS_FILE] = str(params_file)
+        if calibration:
+            env[ENV_CALIBRATION] = str(calibration)
+        return PluginWiring(SCHEDULER_CLS, None, env)
+    extra: dict[str, Any] = {"policy": core}
+    if params_file:
+        extra["params_file"] = str(params_file)
+    for key, value in (("host_blocks", host_blocks), ("load", load), ("calibration", calibration)):
+        if value:
+            extra[key] = value
+    ktc = {"kv_connector": "DuplexKVConnector", "kv_connector_module_path": "superinfer.vllm", "kv_role": "kv_both",
+           "kv_connector_extra_config": extra}
+    return PluginWiring(SCHEDULER_CLS, ktc, {})

@@ -38,7 +38,8 @@ from superinfer.core import (Capacity, Phase, Plan, PlanGate, RequestTable, Snap
                              decided_nothing, get_policy, nothing_to_plan, rank_order)
 from superinfer.vllm.connector import DuplexKVConnector, connector_extra
 from superinfer.vllm.mirror import refresh_ledger, refresh_running
-from superinfer.vllm.params import ENV_CALIBRATION, ENV_PARAMS_FILE, LiveParams, ParamSource, load_step_model
+from superinfer.vllm.params import (ENV_CALIBRATION, ENV_PARAMS_FILE, ENV_POLICY, LiveParams, ParamSource,
+                                    load_step_model)
 from superinfer.vllm.stats import ENV_STATS_FILE, StatsFile, add_plan_time
 from superinfer.vllm.stepfit import OnlineStepFit
 from superinfer.vllm.steplog import StepLog
@@ -46,7 +47,6 @@ from superinfer.vllm.tenants import RequestTenants
 
 log = logging.getLogger(__name__)
 
-ENV_POLICY = "SUPERINFER_POLICY"
 _MAX_PLAN_ERROR_LOGS = 5
 #: validate the snapshot on one plan in this many (the first included); a full check costs about a third
 #: of a small batch's plan, and the table it checks is the plugin's own

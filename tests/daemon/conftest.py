@@ -16,39 +16,14 @@ import httpx
 import pytest
 
 from superinfer.core import PARAM_BOUNDS, Params
+from tests.daemon.profiles import profile_toml
 
 REPO = Path(__file__).resolve().parents[2]
 SUPERINFERD = [sys.executable, "-m", "superinfer.cli"]
 
-#: a small, fast test profile: fixed B_xfer (no probe), few sequences so queues form, no replay
-TEST_PROFILE = """
-[engine]
-model = "llama-3-8b"
-hardware = "gh200"
-max_num_seqs = 4
-drain_timeout_s = 30.0
-
-[slo]
-ttft_s = 5.0
-tbt_s = 0.1
-unknown_tenant = "reject"
-default_tenant = "chat"
-
-[scheduler]
-b_xfer = 256
-
-[sim]
-rps = 0.0
-
-[[tenants]]
-name = "chat"
-
-[[tenants]]
-name = "voice"
-ttft_s = 1.0
-tbt_s = 0.05
-weight = 4.0
-"""
+#: the common test profile (:data:`tests.daemon.profiles.TWIN`): a small, fast twin with a fixed B_xfer (no
+#: probe), few sequences so queues form, no replay, tenants "chat" and "voice"
+TEST_PROFILE = profile_toml()
 
 #: the core's defaults of every live knob (``PARAM_BOUNDS``), for tests that cover every knob
 DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Params) if f.name in PARAM_BOUNDS}

@@ -14,41 +14,15 @@ from schemathesis import GenerationMode
 
 from superinfer.core import PARAM_BOUNDS, PARAM_DEFAULTS
 from tests.daemon.conftest import start_daemon
+from tests.daemon.profiles import profile_toml
 
 pytestmark = pytest.mark.timeout(300)
 
-PROFILE = """
-[engine]
-model = "llama-3-8b"
-hardware = "gh200"
-max_num_seqs = 64
-drain_timeout_s = 20.0
-
-[slo]
-unknown_tenant = "reject"
-default_tenant = "chat"
-
-[scheduler]
-b_xfer = 256
-
-[sim]
-rps = 1.0
-workload = "code"
-
-[tuner]
-mode = "shadow"
-window_s = 4.0
-warmup_s = 1.0
-min_requests = 5
-
-[[tenants]]
-name = "chat"
-
-[[tenants]]
-name = "voice"
-ttft_s = 1.0
-tbt_s = 0.05
-"""
+#: the common twin serving a slow code replay meanwhile, with a shadow tuner deciding on short windows
+PROFILE = profile_toml(
+    engine={"max_num_seqs": 64, "drain_timeout_s": 20.0},
+    sim={"rps": 1.0, "workload": "code"},
+    tuner={"mode": "shadow", "window_s": 4.0, "warmup_s": 1.0, "min_requests": 5})
 MAX_TOKENS = 8  # generations are real-time on the twin: keep each short (still within the schema)
 #: the knobs the daemon starts with; restored after every accepted PUT /v1/params, because a schema-valid
 #: setting can legitimately starve the replay (step_slo_share near 0 leaves no room for prefill while

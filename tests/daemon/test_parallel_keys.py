@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -22,6 +23,7 @@ from superinfer.daemon.parallel import (
     vllm_args,
 )
 from superinfer.daemon.profiles import ProfileError
+from tests.daemon.profiles import write_profile
 
 
 def write_model(d: Path, heads: int = 2, kv_heads: int = 1, layers: int = 2, hidden: int = 128) -> Path:
@@ -32,10 +34,9 @@ def write_model(d: Path, heads: int = 2, kv_heads: int = 1, layers: int = 2, hid
     return d
 
 
-def profile(tmp: Path, engine: str) -> Path:
-    p = tmp / "p.toml"
-    p.write_text("[engine]\n" + engine + "\n")
-    return p
+def profile(tmp: Path, **engine: Any) -> Path:
+    """A profile of one section, ``[engine]``, with the keys ``engine``."""
+    return write_profile(tmp / "p.toml", base={}, engine=engine)
 
 
 def test_defaults_are_one_rank_on_the_mp_executor() -> None:
@@ -45,23 +46,23 @@ def test_defaults_are_one_rank_on_the_mp_executor() -> None:
     assert cfg.as_dict()["engine"]["tensor_parallel_size"] == {"value": 1, "source": "default"}
 
 
-@pytest.mark.parametrize("line, key, expected", [
-    ("tensor_parallel_size = 0", "engine.tensor_parallel_size", "an integer within [1, 1024]"),
-    ("pipeline_parallel_size = 1.5", "engine.pipeline_parallel_size", "an integer"),
-    ('distributed_executor_backend = "slurm"', "engine.distributed_executor_backend", "'mp', 'ray'"),
-])
-def test_bad_values_name_file_and_key(tmp_path: Path, line: str, key: str, expected: str) -> None:
+@pytest.mark.parametrize("engine, key, expected", [
+    ({"tensor_parallel_size": 0}, "engine.tensor_parallel_size", "an integer within [1, 1024]"),
+    ({"pipeline_parallel_size": 1.5}, "engine.pipeline_parallel_size", "an integer"),
+    ({"distributed_executor_backend": "slurm"}, "engine.distributed_executor_backend", "'mp', 'ray'"),
+], ids=["tp-0", "pp-1.5", "executor-slurm"])
+def test_bad_values_name_file_and_key(tmp_path: Path, engine: dict[str, Any], key: str, expected: str) -> None:
     with pytest.raises(ProfileError) as exc:
-        resolve(None, profile_file=str(profile(tmp_path, line)))
+        resolve(None, profile_file=str(profile(tmp_path, **engine)))
     assert exc.value.key == key and str(tmp_path / "p.toml") in str(exc.value) and expected in str(exc.value)
 
 
 def test_tp_must_divide_the_heads_of_the_models_config_json(tmp_path: Path) -> None:
     model = write_model(tmp_path / "m", heads=6, kv_heads=2)
-    ok = resolve(None, profile_file=str(profile(tmp_path, f'model_path = "{model}"\ntensor_parallel_size = 2')))
+    ok = resolve(None, profile_file=str(profile(tmp_path, model_path=model, tensor_parallel_size=2)))
     assert ok.get("engine", "tensor_parallel_size") == 2
     with pytest.raises(ProfileError) as exc:
-        resolve(None, profile_file=str(profile(tmp_path, f'model_path = "{model}"\ntensor_parallel_size = 4')))
+        resolve(None, profile_file=str(profile(tmp_path, model_path=model, tensor_parallel_size=4)))
     msg = str(exc.value)
     assert exc.value.key == "engine.tensor_parallel_size"
     assert "must divide the model's 6 attention heads" in msg and str(model / "config.json") in msg
@@ -70,7 +71,7 @@ def test_tp_must_divide_the_heads_of_the_models_config_json(tmp_path: Path) -> N
 def test_pp_is_checked_against_the_layers(tmp_path: Path) -> None:
     model = write_model(tmp_path / "m", layers=2)
     with pytest.raises(ProfileError) as exc:
-        resolve(None, profile_file=str(profile(tmp_path, f'model_path = "{model}"\npipeline_parallel_size = 4')))
+        resolve(None, profile_file=str(profile(tmp_path, model_path=model, pipeline_parallel_size=4)))
     assert exc.value.key == "engine.pipeline_parallel_size" and "exceeds the model's 2 layers" in str(exc.value)
 
 
@@ -151,8 +152,8 @@ def test_layout_metric_and_state(tmp_path: Path) -> None:
     from superinfer.daemon.backends.vllm import VllmBackend
 
     model = write_model(tmp_path / "m")
-    cfg = resolve(None, profile_file=str(profile(tmp_path, f'model_path = "{model}"\ntensor_parallel_size = 2\n'
-                                                          'block_size = 32\ndram_gib = 1.0')))
+    cfg = resolve(None, profile_file=str(profile(tmp_path, model_path=model, tensor_parallel_size=2, block_size=32,
+                                                 dram_gib=1.0)))
     b = VllmBackend(cfg)
     cmd = b.command(12345, tmp_path / "params.json")
     assert cmd[cmd.index("--tensor-parallel-size") + 1] == "2"

@@ -15,23 +15,10 @@ import pytest
 
 from superinfer.daemon.preflight import host_memory
 from tests.daemon.conftest import SUPERINFERD, base_env
+from tests.daemon.profiles import vllm_cpu, write_profile
 
 pytestmark = pytest.mark.timeout(300)
 pytest.importorskip("vllm")
-
-#: a profile that fits any host this suite runs on: a tiny model, 0.25 GiB of KV, a 0.25 GiB pool
-FITS = """
-[engine]
-model_path = "{model}"
-block_size = 32
-dtype = "float32"
-max_model_len = 512
-kv_cache_gib = 0.25
-dram_gib = 0.25
-
-[scheduler]
-b_xfer = 32
-"""
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +29,8 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(tmp: Path, model: Path, *args: str) -> subprocess.CompletedProcess:
-    (tmp / "p.toml").write_text(FITS.format(model=model))
-    cmd = [*SUPERINFERD, *args, "--profile-file", str(tmp / "p.toml"), "--device", "cpu", "--state-dir", str(tmp / "s")]
+    profile = write_profile(tmp / "p.toml", base=vllm_cpu(model))  # fits any host: 0.25 GiB of KV, 0.25 GiB pool
+    cmd = [*SUPERINFERD, *args, "--profile-file", str(profile), "--device", "cpu", "--state-dir", str(tmp / "s")]
     return subprocess.run(cmd, capture_output=True, text=True, env=base_env(tmp), timeout=120)
 
 

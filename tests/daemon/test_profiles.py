@@ -10,6 +10,7 @@ import pytest
 from superinfer.daemon.config import resolve
 from superinfer.daemon.profiles import ProfileError, available_profiles, bundled_dir, load_profile
 from tests.daemon.conftest import base_env, run_cli
+from tests.daemon.profiles import write_profile
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -151,7 +152,7 @@ def test_config_show_json_lists_every_value_and_source(tmp_path: Path) -> None:
 def test_search_path_user_profile_shadows_bundled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     user = tmp_path / "xdg" / "superinfer" / "profiles"
     user.mkdir(parents=True)
-    (user / "chat.toml").write_text("[slo]\nttft_s = 2.5\n")
+    write_profile(user / "chat.toml", base={}, slo={"ttft_s": 2.5})
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     cfg = resolve("chat", env={})
     assert cfg.profile_path == user / "chat.toml" and cfg.tenants[0].ttft_slo == 2.5
@@ -167,9 +168,8 @@ def test_v2_knobs_in_a_profile_env_and_set(tmp_path: Path) -> None:
 
     from superinfer.core import PARAM_BOUNDS, Params
 
-    path = tmp_path / "v2.toml"
-    path.write_text("[scheduler]\npolicy = \"lvf-paper\"\nslack_gate_s = -3600.0\nrotation_margin_s = 0.25\n"
-                    "hopeless_last = 0\n")
+    path = write_profile(tmp_path / "v2.toml", base={}, scheduler={
+        "policy": "lvf-paper", "slack_gate_s": -3600.0, "rotation_margin_s": 0.25, "hopeless_last": 0})
     cfg = resolve(None, profile_file=str(path), env={"SUPERINFER_SCHEDULER_ROTATION_MARGIN_S": "0.5"},
                   sets=["scheduler.hopeless_last=1"])
     p, s = cfg.params(), cfg.values["scheduler"]

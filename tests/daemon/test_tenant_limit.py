@@ -17,18 +17,19 @@ from superinfer.daemon.metrics import DaemonMetrics
 from superinfer.daemon.profiles import ProfileError
 from superinfer.daemon.stats import SloWindow
 from superinfer.daemon.tenant_limit import TenantLimit
-from tests.daemon.conftest import TEST_PROFILE, completion, sim_daemon
+from tests.daemon.conftest import completion, sim_daemon
+from tests.daemon.profiles import profile_toml
 from tests.daemon.test_shedding_http import config
 
 # voice: at most 2 requests in flight; chat: no limit
-PROFILE = TEST_PROFILE.replace("weight = 4.0", "weight = 4.0\nmax_inflight = 2")
+PROFILE = profile_toml(tenants={"voice": {"max_inflight": 2}})
 
 
 def test_the_limit_comes_from_the_profile_and_bad_values_name_the_key(tmp_path: Path) -> None:
     assert {t.name: t.max_inflight for t in config(tmp_path, PROFILE).tenants} == {"chat": 0, "voice": 2}
-    for bad in ("-1", "1.5", '"two"'):
+    for bad in (-1, 1.5, "two"):
         with pytest.raises(ProfileError, match=r"max_inflight"):
-            config(tmp_path, PROFILE.replace("max_inflight = 2", f"max_inflight = {bad}"))
+            config(tmp_path, profile_toml(tenants={"voice": {"max_inflight": bad}}))
 
 
 def test_slots_are_held_per_tenant_and_given_back() -> None:

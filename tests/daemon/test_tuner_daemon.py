@@ -16,37 +16,24 @@ from superinfer.tuner.arms import Arm, Arms, save_arms
 from superinfer.tuner.offline.evaluate import workload_features
 from superinfer.tuner.space import DEFAULT_KNOBS
 from tests.daemon.conftest import start_daemon
+from tests.daemon.profiles import profile_toml
 
 pytestmark = pytest.mark.timeout(240)
 
-#: a twin that keeps up (64 sequences) with a 10 req/s chat replay, and a tuner with 12 s windows: a
-#: switchback of 8 slots of 3.5 s (3 s counted, about 30 requests a slot; the slot-level guard needs
-#: two slots a side that agree, which the 1-s slots of 4-s windows, 10 requests each, never gave)
-PROFILE = """
-[engine]
-model = "llama-3-8b"
-hardware = "gh200"
-max_num_seqs = 64
-drain_timeout_s = 10.0
+def profile(arms: Path | None = None) -> str:
+    """A twin that keeps up (64 sequences) with a 10 req/s chat replay, and a tuner with 12 s windows: a
+    switchback of 8 slots of 3.5 s (3 s counted, about 30 requests a slot; the slot-level guard needs two
+    slots a side that agree, which the 1-s slots of 4-s windows, 10 requests each, never gave). One tenant,
+    the default (TTFT SLO 2 s). ``arms``: the tuner's arms file, if any."""
+    return profile_toml(
+        engine={"max_num_seqs": 64, "drain_timeout_s": 10.0},
+        slo={"ttft_s": 2.0, "unknown_tenant": None, "default_tenant": None},
+        sim={"rps": 10.0, "workload": "chat"},
+        tuner={"mode": "auto", "window_s": 12.0, "warmup_s": 1.0, "min_requests": 20, "cooldown_s": 1.0,
+               "arms_file": arms},
+        tenants=None)
 
-[slo]
-ttft_s = 2.0
-tbt_s = 0.1
 
-[scheduler]
-b_xfer = 256
-
-[sim]
-rps = 10.0
-workload = "chat"
-
-[tuner]
-mode = "auto"
-window_s = 12.0
-warmup_s = 1.0
-min_requests = 20
-cooldown_s = 1.0
-"""
 CONTRACT = {"mode", "state", "frozen", "frozen_reason", "incumbent", "candidate", "phase", "last_decisions",
             "rollbacks_last_hour"}
 
@@ -68,7 +55,7 @@ def test_a_jump_the_live_traffic_contradicts_is_tried_back(tmp_path: Path) -> No
     start = {k: float(PARAM_DEFAULTS[k]) for k in DEFAULT_KNOBS}
     save_arms(Arms(None, {"chat": Arm("chat", {"step_slo_share": 0.01}, 0.95, feats, {"start": 0.60})},
                    start=Arm("start", start)), path)
-    d = start_daemon(tmp_path, profile_text=PROFILE + f'arms_file = "{path}"\n')
+    d = start_daemon(tmp_path, profile_text=profile(arms=path))
     try:
         t = _wait(d, lambda t: any(x["action"] in ("accept", "reject", "rollback") for x in t["last_decisions"]),
                   timeout=90.0)
@@ -107,7 +94,7 @@ def test_rollback_of_an_injected_bad_setting_then_restart(tmp_path: Path) -> Non
     # The "study" says this traffic wants step_slo_share 0.01: iterations sized to at most 4 ms (0.01 x 4 x the
     # 100 ms TBT SLO, however much slack the decodes banked) starve prefill.
     arms = _arms(tmp_path, step_slo_share=0.01)
-    d = start_daemon(tmp_path, profile_text=PROFILE + f'arms_file = "{arms}"\n')
+    d = start_daemon(tmp_path, profile_text=profile(arms=arms))
     try:
         t = _wait(d, lambda t: any(x["action"] == "rollback" for x in t["last_decisions"]))
         assert CONTRACT <= set(t)
@@ -136,7 +123,7 @@ def test_rollback_of_an_injected_bad_setting_then_restart(tmp_path: Path) -> Non
         assert d.terminate() == 0, d.output()[-3000:]
     saved = json.loads((d.state_dir / "state.json").read_text())
     assert saved["params"]["step_slo_share"] == 0.8  # no trial outlives the daemon
-    again = start_daemon(tmp_path, profile_text=PROFILE + f'arms_file = "{arms}"\n', state_dir=d.state_dir)
+    again = start_daemon(tmp_path, profile_text=profile(arms=arms), state_dir=d.state_dir)
     try:
         t = again.get("/v1/tuner").json()
         assert t["rollbacks_last_hour"] >= 1  # remembered across the restart
@@ -147,7 +134,7 @@ def test_rollback_of_an_injected_bad_setting_then_restart(tmp_path: Path) -> Non
 
 
 def test_decides_then_freezes_on_an_operator_write(tmp_path: Path) -> None:
-    d = start_daemon(tmp_path, profile_text=PROFILE)
+    d = start_daemon(tmp_path, profile_text=profile())
     try:
         t = _wait(d, lambda t: any(x["action"] in ("trial", "hold") for x in t["last_decisions"]))
         decided = [x["action"] for x in t["last_decisions"]]

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.daemon.conftest import start_daemon
+from tests.daemon.profiles import profile_toml, vllm_cpu
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -36,40 +37,13 @@ def test_vllm_backend_serves_completion_with_tenant(tmp_path: Path) -> None:
     from superinfer.daemon.backends.tiny import build_tiny_llama
 
     model = build_tiny_llama(tmp_path / "tiny", seed=0)
-    profile = f"""
-[engine]
-model_path = "{model}"
-block_size = 32
-max_num_seqs = 8
-max_num_batched_tokens = 512
-max_model_len = 512
-num_gpu_blocks_override = 64
-kv_cache_gib = 1.0
-dram_gib = 0.25
-dtype = "float32"
-enforce_eager = true
-startup_timeout_s = 400.0
-
-[slo]
-default_tenant = "chat"
-unknown_tenant = "reject"
-
-[scheduler]
-b_xfer = 32
-
-[tuner]
-mode = "shadow"
-window_s = 8.0
-min_requests = 5
-
-[[tenants]]
-name = "chat"
-
-[[tenants]]
-name = "voice"
-tbt_s = 0.05
-weight = 2.0
-"""
+    profile = profile_toml(
+        base=vllm_cpu(model),
+        engine={"max_num_seqs": 8, "max_num_batched_tokens": 512, "num_gpu_blocks_override": 64, "kv_cache_gib": 1.0,
+                "enforce_eager": True, "startup_timeout_s": 400.0},
+        slo={"default_tenant": "chat", "unknown_tenant": "reject"},
+        tuner={"mode": "shadow", "window_s": 8.0, "min_requests": 5},
+        tenants={"chat": {}, "voice": {"tbt_s": 0.05, "weight": 2.0}})
     d = start_daemon(tmp_path, "--device", "cpu", profile_text=profile, env=VLLM_ENV, backend="vllm", timeout=450)
     try:
         s = d.state()

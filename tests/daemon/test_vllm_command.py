@@ -8,15 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from superinfer.daemon.backends.vllm_child import ENV_POLICY, plugin_env, vllm_command
+from superinfer.daemon.backends.vllm_child import vllm_command, wiring
+from superinfer.vllm.params import ENV_PARAMS_FILE, ENV_POLICY
 
 
-def command(policy: str, dram_gib: float = 1.0) -> list[str]:
+def profile(policy: str, dram_gib: float = 1.0):
+    """``get(section, key)`` of a profile with ``policy`` and a host pool of ``dram_gib``."""
     values = {("scheduler", "policy"): policy, ("engine", "dram_gib"): dram_gib, ("engine", "block_size"): 32,
               ("engine", "max_num_seqs"): 8, ("engine", "max_num_batched_tokens"): 512, ("engine", "dtype"): "float32",
               ("engine", "gpu_memory_utilization"): 0.9, ("engine", "kv_cache_gib"): 0.5, ("engine", "max_model_len"): 0,
               ("engine", "num_gpu_blocks_override"): 0, ("engine", "enforce_eager"): True}
-    return vllm_command(lambda s, k: values[(s, k)], "/m/tiny", "tiny", 8000, Path("/s/params.json"), 32768,
+    return lambda s, k: values[(s, k)]
+
+
+def command(policy: str, dram_gib: float = 1.0) -> list[str]:
+    return vllm_command(profile(policy, dram_gib), "/m/tiny", "tiny", 8000, Path("/s/params.json"), 32768,
                         1, 1, 1, "mp")
 
 
@@ -30,27 +36,29 @@ def test_the_connector_carries_the_core_policy(policy: str, core: str) -> None:
     cmd = command(policy)
     extra = connector(cmd)["kv_connector_extra_config"]
     assert extra["policy"] == core and extra["host_blocks"] == (1 << 30) // 32768
-    assert plugin_env(policy, 1.0) == {}
+    assert extra["params_file"] == "/s/params.json"
+    assert wiring(profile(policy), Path("/s/params.json")).env == {}
     assert cmd[cmd.index("--kv-cache-memory-bytes") + 1] == str(1 << 29)
 
 
 def test_lvf_hbm_runs_without_a_connector() -> None:
     cmd = command("lvf-hbm")
     assert connector(cmd) is None and "superinfer.vllm.RotaScheduler" in cmd
-    assert plugin_env("lvf-hbm", 1.0) == {ENV_POLICY: "lvf"}
+    assert wiring(profile("lvf-hbm"), Path("/s/p.json")).env == {ENV_POLICY: "lvf", ENV_PARAMS_FILE: "/s/p.json"}
 
 
 def test_no_host_pool_means_no_connector() -> None:
     """``engine.dram_gib = 0``: the connector would need at least one host block; the engine runs without it."""
     assert connector(command("lvf", dram_gib=0.0)) is None
-    assert plugin_env("lvf", 0.0) == {ENV_POLICY: "lvf"} and plugin_env("vllm", 0.0) == {ENV_POLICY: "fcfs"}
+    assert wiring(profile("lvf", 0.0), Path("/p")).env[ENV_POLICY] == "lvf"
+    assert wiring(profile("vllm", 0.0), Path("/p")).env[ENV_POLICY] == "fcfs"
 
 
-def test_the_env_name_is_the_plugins() -> None:
+def test_the_scheduler_reads_the_names_the_wiring_writes() -> None:
     pytest.importorskip("vllm")
-    from superinfer.vllm.scheduler import ENV_POLICY as PLUGIN_ENV_POLICY
+    from superinfer.vllm import scheduler
 
-    assert ENV_POLICY == PLUGIN_ENV_POLICY
+    assert scheduler.ENV_POLICY == ENV_POLICY and scheduler.ENV_PARAMS_FILE == ENV_PARAMS_FILE
 
 
 def test_a_cpu_engine_runs_below_the_daemons_priority(tmp_path) -> None:

@@ -3,6 +3,11 @@
 The engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so tests can reach the
 scheduler object; one engine is built per configuration and shut down before the next one, because
 vLLM keeps a process-wide distributed state.
+
+Every engine comes from one factory, :func:`make_llm` (its arguments: :func:`llm_kwargs`), inside
+``owned_llm(lambda: make_llm(...))``; the plugin is wired in with :func:`rota_kwargs`. A call states the
+KV blocks and what else its test is about (``tensor_parallel_size=2``, ``**rota_kwargs(...)``); test modules
+import them with ``from conftest import make_llm, rota_kwargs`` (this directory is not a package).
 """
 
 from __future__ import annotations
@@ -42,6 +47,32 @@ VLLM_TEST_ENV: dict[str, str] = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 
+
+def llm_kwargs(model: str | Path, *, blocks: int, block_size: int = 32, max_model_len: int = 512,
+               dtype: str = "float32", **overrides: Any) -> dict[str, Any]:
+    """The ``vllm.LLM`` arguments of a test engine: ``model`` held to ``blocks`` KV blocks of ``block_size``
+    tokens (vLLM's CPU attention wants a multiple of 32), greedy-reproducible (seed 0), no torch.compile
+    (seconds instead of minutes); ``overrides`` added or replacing. Plain data (JSON), for subprocesses too."""
+    return {"model": str(model), "dtype": dtype, "seed": 0, "block_size": block_size, "max_model_len": max_model_len,
+            "num_gpu_blocks_override": blocks, "enforce_eager": True, **overrides}
+
+
+def make_llm(model: str | Path, *, blocks: int, **overrides: Any) -> Any:
+    """A ``vllm.LLM`` of :func:`llm_kwargs`; use it as ``owned_llm(lambda: make_llm(...))``, which shuts it down."""
+    from vllm import LLM
+
+    return LLM(**llm_kwargs(model, blocks=blocks, **overrides))
+
+
+def rota_kwargs(params_file: str | Path, *, host_blocks: int, load: str | None = "async") -> dict[str, Any]:
+    """The plugin wired into an engine: RotaScheduler, and DuplexKVConnector with a host pool of ``host_blocks``
+    blocks reading its live params from ``params_file``; ``load``: "async", "sync", or None for the
+    connector's default. Prefix caching is off, so every restored token comes from the connector. The wiring
+    is the product's own (:func:`superinfer.vllm.params.plugin_wiring`, as the daemon and the benches use it)."""
+    from superinfer.vllm.params import plugin_wiring
+
+    plugin = plugin_wiring("lvf", params_file, host_blocks=host_blocks, load=load)
+    return {**plugin.engine_kwargs(), "enable_prefix_caching": False}
 
 
 def make_prompts(n: int) -> list[str]:
@@ -86,27 +117,16 @@ def run_engine(
     prompts: Sequence[str],
     max_tokens: int,
     num_gpu_blocks: int = 32,
-    block_size: int = 32,
-    max_model_len: int = 512,
-    dtype: str = "float32",
-    **llm_kwargs: Any,
+    **overrides: Any,
 ) -> EngineRun:
-    """Start an in-process vLLM engine on CPU, greedy-decode ``prompts``, shut it down."""
+    """Start an in-process vLLM engine on CPU (:func:`make_llm`), greedy-decode ``prompts``, shut it down."""
     with _env(VLLM_TEST_ENV):
-        from vllm import LLM, SamplingParams
+        from vllm import SamplingParams
 
         t0 = time.perf_counter()
-        with owned_llm(lambda: LLM(
-            model=str(model_dir),
-            dtype=dtype,
-            seed=0,
-            block_size=block_size,
-            max_model_len=max_model_len,
-            num_gpu_blocks_override=num_gpu_blocks,
-            enforce_eager=True,  # no torch.compile: seconds instead of minutes
-            disable_log_stats=False,  # keep the stock counters (vllm:num_preemptions)
-            **llm_kwargs,
-        )) as llm:
+        # disable_log_stats=False: keep the stock counters (vllm:num_preemptions)
+        with owned_llm(lambda: make_llm(model_dir, blocks=num_gpu_blocks, disable_log_stats=False,
+                                        **overrides)) as llm:
             t1 = time.perf_counter()
             params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
             outs = llm.generate(list(prompts), params, use_tqdm=False)
@@ -132,16 +152,11 @@ def run_engine(
 
 
 @contextmanager
-def open_engine(model_dir: Path, *, num_gpu_blocks: int, block_size: int = 32, max_model_len: int = 512,
-                dtype: str = "float32", **llm_kwargs: Any) -> Iterator[Any]:
-    """An in-process ``LLM`` for tests that drive steps themselves (abort, live params); shut down after."""
-    with _env(VLLM_TEST_ENV):
-        from vllm import LLM
-
-        with owned_llm(lambda: LLM(model=str(model_dir), dtype=dtype, seed=0, block_size=block_size,
-                                   max_model_len=max_model_len, num_gpu_blocks_override=num_gpu_blocks,
-                                   enforce_eager=True, **llm_kwargs)) as llm:
-            yield llm
+def open_engine(model_dir: Path, *, num_gpu_blocks: int, **overrides: Any) -> Iterator[Any]:
+    """An in-process ``LLM`` (:func:`make_llm`) for tests that drive steps themselves (abort, live params);
+    shut down after."""
+    with _env(VLLM_TEST_ENV), owned_llm(lambda: make_llm(model_dir, blocks=num_gpu_blocks, **overrides)) as llm:
+        yield llm
 
 
 @pytest.fixture(scope="session")
@@ -152,7 +167,7 @@ def engine_cm(vllm_ok: None) -> Callable[..., Any]:
 
 @pytest.fixture(scope="session")
 def prompts_for() -> Callable[[int], list[str]]:
-    """:func:`make_prompts`, for test modules (they cannot import this conftest)."""
+    """:func:`make_prompts`, as a fixture."""
     return make_prompts
 
 

@@ -27,6 +27,8 @@ import pytest
 
 pytest.importorskip("vllm")
 
+from conftest import VLLM_TEST_ENV, llm_kwargs, rota_kwargs  # type: ignore[import-not-found]  # noqa: E402
+
 from superinfer.core import Phase  # noqa: E402
 
 pytestmark = pytest.mark.timeout(900)
@@ -38,20 +40,6 @@ HOST_BLOCKS = 1024  # ample: the lossless run must never need the recompute fall
 # Params that make the plugin rotate as often as it can: tight SLOs, and v2's guards off (slack gate, margin).
 ROTATE_HARD = {"ttft_slo": 0.05, "tbt_slo": 0.02, "delta_f": 0.0, "min_residency": 2, "b_xfer": 256,
                "slack_gate_s": -3600.0, "rotation_margin_s": 0.0}
-
-
-def plugin_kwargs(params_file: Path, load: str = "async", host_blocks: int = HOST_BLOCKS) -> dict[str, Any]:
-    return {
-        "scheduler_cls": "superinfer.vllm.RotaScheduler",
-        "enable_prefix_caching": False,  # every restored token must come from the connector
-        "kv_transfer_config": {
-            "kv_connector": "DuplexKVConnector",
-            "kv_connector_module_path": "superinfer.vllm",
-            "kv_role": "kv_both",
-            "kv_connector_extra_config": {"load": load, "host_blocks": host_blocks,
-                                          "params_file": str(params_file)},
-        },
-    }
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +57,7 @@ def rotated(run_vllm: Callable[..., Any], prompts_for: Callable[[int], list[str]
     from superinfer.vllm import kvworker
 
     run = run_vllm(tiny_model, prompts=prompts_for(NUM_PROMPTS), max_tokens=MAX_TOKENS, num_gpu_blocks=BLOCKS,
-                   **plugin_kwargs(params_file))
+                   **rota_kwargs(params_file, host_blocks=HOST_BLOCKS))
     run.extra["worker"] = kvworker.CLOSED[-1]
     return run
 
@@ -121,7 +109,7 @@ def test_nothing_lost_and_both_tiers_empty_at_the_end(rotated: Any) -> None:
 def test_sync_load_mode_is_lossless_too(run_vllm: Callable[..., Any], prompts_for: Callable[[int], list[str]],
                                         tiny_model: Path, params_file: Path, ample_run: Any) -> None:
     run = run_vllm(tiny_model, prompts=prompts_for(NUM_PROMPTS), max_tokens=MAX_TOKENS, num_gpu_blocks=BLOCKS,
-                   **plugin_kwargs(params_file, load="sync"))
+                   **rota_kwargs(params_file, host_blocks=HOST_BLOCKS, load="sync"))
     s = run.scheduler
     assert s.stats["rotations"] >= 100 and s.stats["recomputed_tokens"] == 0
     # a synchronous load resumes in the same step with exactly its one decode token per parked decode
@@ -143,7 +131,7 @@ def driven(engine_cm: Callable[..., Any], prompts_for: Callable[[int], list[str]
     pf = tmp_path_factory.mktemp("live") / "params.json"
     write_params(pf, ROTATE_HARD)
     obs: dict[str, Any] = {}
-    with engine_cm(tiny_model, num_gpu_blocks=BLOCKS, **plugin_kwargs(pf, host_blocks=256)) as llm:
+    with engine_cm(tiny_model, num_gpu_blocks=BLOCKS, **rota_kwargs(pf, host_blocks=256)) as llm:
         eng = llm.llm_engine
         sched = eng.engine_core.engine_core.scheduler
         worker = get_kv_transfer_group().worker
@@ -232,15 +220,9 @@ MP_SCRIPT = textwrap.dedent("""
 
     def main():
         from vllm import LLM, SamplingParams
-        model, params_file, out, n, k = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-        prompts = json.load(open(sys.argv[6]))
-        llm = LLM(model=model, dtype="float32", seed=0, block_size=32, max_model_len=512,
-                  num_gpu_blocks_override=32, enforce_eager=True, scheduler_cls="superinfer.vllm.RotaScheduler",
-                  enable_prefix_caching=False,
-                  kv_transfer_config={"kv_connector": "DuplexKVConnector",
-                                      "kv_connector_module_path": "superinfer.vllm", "kv_role": "kv_both",
-                                      "kv_connector_extra_config": {"params_file": params_file,
-                                                                    "host_blocks": 1024}})
+        llm_kwargs, out, k = json.load(open(sys.argv[1])), sys.argv[2], int(sys.argv[3])
+        prompts = json.load(open(sys.argv[4]))
+        llm = LLM(**llm_kwargs)
         outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=k, ignore_eos=True),
                             use_tqdm=False)
         json.dump([list(o.outputs[0].token_ids) for o in outs], open(out, "w"))
@@ -254,18 +236,19 @@ MP_SCRIPT = textwrap.dedent("""
 
 def test_multiprocess_engine_is_lossless(tiny_model: Path, params_file: Path, prompts_for: Callable[[int], list[str]],
                                          ample_run: Any, tmp_path: Path) -> None:
-    from conftest import VLLM_TEST_ENV  # type: ignore[import-not-found]
-
     script = tmp_path / "mp_run.py"
     script.write_text(MP_SCRIPT)
+    # the engine's arguments, from the factory; load=None: the connector's default for a multiprocess engine
+    engine = tmp_path / "llm.json"
+    engine.write_text(json.dumps(llm_kwargs(tiny_model, blocks=BLOCKS,
+                                            **rota_kwargs(params_file, host_blocks=HOST_BLOCKS, load=None))))
     prompts = tmp_path / "prompts.json"
     prompts.write_text(json.dumps(prompts_for(NUM_PROMPTS)))
     out, stats = tmp_path / "out.json", tmp_path / "stats.json"
     env = {**os.environ, **VLLM_TEST_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
            "SUPERINFER_STATS_FILE": str(stats)}
-    proc = subprocess.run([sys.executable, str(script), str(tiny_model), str(params_file), str(out),
-                           str(NUM_PROMPTS), str(MAX_TOKENS), str(prompts)], env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run([sys.executable, str(script), str(engine), str(out), str(MAX_TOKENS), str(prompts)],
+                          env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(out.read_text()) == ample_run.token_ids
     st = json.loads(stats.read_text())  # written by the scheduler in the engine-core process

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import make_llm, rota_kwargs  # type: ignore[import-not-found]
 
 from superinfer.bench.engine.replay import owned_llm
 
@@ -63,13 +64,10 @@ def tp2_env() -> Iterator[str | None]:
 
 @contextmanager
 def tp2_engine(model: Path, blocks: int, **kw: Any) -> Iterator[Any]:
-    with tp2_env():
-        from vllm import LLM
-
-        with owned_llm(lambda: LLM(model=str(model), dtype="float32", seed=0, block_size=32, max_model_len=512,
-                                   num_gpu_blocks_override=blocks, enforce_eager=True, tensor_parallel_size=2,
-                                   distributed_executor_backend="mp", **kw)) as llm:
-            yield llm
+    """:func:`make_llm` at TP=2 (two worker processes), in :func:`tp2_env`; shut down after."""
+    with tp2_env(), owned_llm(lambda: make_llm(model, blocks=blocks, tensor_parallel_size=2,
+                                               distributed_executor_backend="mp", **kw)) as llm:
+        yield llm
 
 
 # -- run inside the worker processes (collective_rpc pickles them by value) ------------------------------
@@ -154,13 +152,10 @@ def rota_tp2(vllm_ok: None, tiny_model: Path, prompts_for: Any, tmp_path_factory
     _by_value()
     pf = tmp_path_factory.mktemp("tp2") / "params.json"
     write_params(pf, ROTATE_HARD)
-    kv = {"kv_connector": "DuplexKVConnector", "kv_connector_module_path": "superinfer.vllm", "kv_role": "kv_both",
-          "kv_connector_extra_config": {"load": "async", "host_blocks": HOST_BLOCKS, "params_file": str(pf)}}
     obs: dict[str, Any] = {}
     sp = SamplingParams(temperature=0.0, max_tokens=TOKENS, ignore_eos=True)
     prompts = prompts_for(PROMPTS)
-    with tp2_env() as binding, tp2_engine(tiny_model, BLOCKS, scheduler_cls="superinfer.vllm.RotaScheduler",
-                                          enable_prefix_caching=False, kv_transfer_config=kv) as llm:
+    with tp2_env() as binding, tp2_engine(tiny_model, BLOCKS, **rota_kwargs(pf, host_blocks=HOST_BLOCKS)) as llm:
         obs["binding"] = binding
         eng = llm.llm_engine
         sched = eng.engine_core.engine_core.scheduler

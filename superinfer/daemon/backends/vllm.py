@@ -35,10 +35,10 @@ from superinfer.daemon.backends.vllm_child import (
     STATS_FILE,
     EngineChild,
     free_port,
-    plugin_env,
     plugin_view,
     served_default,
     vllm_command,
+    wiring,
 )
 from superinfer.daemon.backends.vllm_stream import outcome_of, stream_completion
 from superinfer.daemon.errors import StartError
@@ -125,7 +125,6 @@ class VllmBackend(Backend):
         port = host.cfg.d("engine_port") or free_port()
         self.engine_url = f"http://127.0.0.1:{port}"
         env = dict(os.environ)
-        env["SUPERINFER_PARAMS_FILE"] = str(host.store.path)
         if self.cfg.get("engine", "tiny_model"):  # a local model: nothing to fetch, nothing to report home
             for key in ("HF_HUB_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK"):
                 env.setdefault(key, "1")
@@ -134,7 +133,7 @@ class VllmBackend(Backend):
         except ValueError as exc:
             raise StartError(str(exc), code=2) from None
         parallel.export_layout(host.metrics.registry, self.tp, self.pp)
-        env.update(plugin_env(self.cfg.get("scheduler", "policy"), self.cfg.get("engine", "dram_gib")))
+        env.update(wiring(self.cfg.get, host.store.path).env)  # lvf-hbm, no host pool: the plugin reads these
         cmd = self.command(port, host.store.path)
         log.info("starting vLLM on %s: %s", self.engine_url, " ".join(cmd))
         log.info("serving model %r (from %s): clients send \"model\": %s", self.served, self.model_path,

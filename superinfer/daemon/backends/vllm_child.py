@@ -23,12 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from superinfer.core import HBM_ONLY_POLICIES, core_policy_name
 from superinfer.daemon import parallel
 from superinfer.daemon.engine_log import OutputPump, exit_text
+from superinfer.vllm.params import PluginWiring, plugin_wiring
 
 STATS_FILE = "engine-stats.json"
-ENV_POLICY = "SUPERINFER_POLICY"  # superinfer.vllm.scheduler.ENV_POLICY (that module imports vLLM)
 QUEUES_STALE_S = 5.0  # the plugin publishes each second while requests run, and when the last one leaves
 GROUP_GRACE_S = 10.0  # how long vLLM's own processes may take to exit after the server, before SIGKILL
 
@@ -73,17 +72,11 @@ def vllm_command(get: Any, model_path: str, served: str, port: int, params_file:
                  world: int, tp: int, pp: int, executor: str) -> list[str]:
     """``python -m vllm.entrypoints.openai.api_server ...`` for the profile's ``[engine]`` (``get(section, key)``)."""
     g = get
-    policy = g("scheduler", "policy")
+    # dram_gib is the whole engine's pool: each of the world's workers gets its share
+    host_blocks = max(1, int(g("engine", "dram_gib") * (1 << 30)) // (world * block_bytes)) if block_bytes else None
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path,
-           "--served-model-name", served, "--host", "127.0.0.1", "--port", str(port),
-           "--scheduler-cls", "superinfer.vllm.RotaScheduler"]
-    if has_host_tier(policy, g("engine", "dram_gib")):  # else no connector (plugin_env names the policy)
-        extra: dict[str, Any] = {"params_file": str(params_file), "policy": core_policy_name(policy)}
-        if block_bytes:  # dram_gib is the whole engine's pool: each of the world's workers gets its share
-            extra["host_blocks"] = max(1, int(g("engine", "dram_gib") * (1 << 30)) // (world * block_bytes))
-        ktc = {"kv_connector": "DuplexKVConnector", "kv_connector_module_path": "superinfer.vllm",
-               "kv_role": "kv_both", "kv_connector_extra_config": extra}
-        cmd += ["--kv-transfer-config", json.dumps(ktc)]
+           "--served-model-name", served, "--host", "127.0.0.1", "--port", str(port)]
+    cmd += wiring(g, params_file, host_blocks).cli_args()
     cmd += ["--no-async-scheduling", "--block-size", str(g("engine", "block_size")),
            "--max-num-seqs", str(g("engine", "max_num_seqs")),
            "--max-num-batched-tokens", str(g("engine", "max_num_batched_tokens")),
@@ -99,14 +92,11 @@ def vllm_command(get: Any, model_path: str, served: str, port: int, params_file:
     return cmd + parallel.vllm_args(tp, pp, executor)
 
 
-def has_host_tier(policy: str, dram_gib: float) -> bool:
-    """Whether the engine gets the DuplexKV connector: not for ``lvf-hbm``, nor with no host pool."""
-    return policy not in HBM_ONLY_POLICIES and dram_gib > 0
-
-
-def plugin_env(policy: str, dram_gib: float) -> dict[str, str]:
-    """What the plugin reads from its environment: the core policy when no connector carries it."""
-    return {} if has_host_tier(policy, dram_gib) else {ENV_POLICY: core_policy_name(policy)}
+def wiring(get: Any, params_file: Path, host_blocks: int | None = None) -> PluginWiring:
+    """The plugin for the profile's policy: the DuplexKV connector only with a host pool (``engine.dram_gib``
+    > 0) and a policy that keeps one (not ``lvf-hbm``); else the policy and params file in the environment."""
+    return plugin_wiring(get("scheduler", "policy"), params_file, host_tier=get("engine", "dram_gib") > 0,
+                         host_blocks=host_blocks)
 
 
 class EngineChild:
