@@ -22,7 +22,6 @@ per-seed differences of each ``--pairs`` pair with Student-t 95 % intervals
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -36,6 +35,7 @@ from superinfer.bench.engine.hostload import HostLoad, rt_throttle
 from superinfer.bench.engine.paired import (end_capacity, paired_results, parse_pairs, parse_shares,
                                             run_interleaved, start_capacity)
 from superinfer.bench.engine.text import echo_summary
+from superinfer.bench.output import keep_runs, write_result
 from superinfer.daemon.backends.tiny import tiny_shape_option
 from superinfer.core import PARAM_BOUNDS
 from superinfer.sim.options import knob_options, start_s_option, with_start
@@ -375,20 +375,10 @@ def bench_vllm(**o: Any) -> None:
     }
     if capacity:
         result.update(capacity=capacity, capacity_end=capacity_end)
-    try:
+    with keep_runs(result):  # the runs are written whatever goes wrong in their summary
         result["summary"] = summarise(runs)
         result["engine_counters_mean"] = counters_mean(runs, policies)
         result["paired"] = paired_results(runs, pairs)
-    except Exception as exc:  # noqa: BLE001 - the runs are written whatever went wrong in their summary
-        result["summary_error"] = f"{type(exc).__name__}: {exc}"
-        click.echo(f"error: the summary failed ({result['summary_error']}); the runs are written unsummarised",
-                   err=True)
-    text = json.dumps(result, indent=1)
-    if o["json_path"] == "-":
-        click.echo(text)
-    elif o["json_path"]:
-        Path(str(o["json_path"])).write_text(text + "\n")
-    if "summary_error" in result:
-        sys.exit(1)
+    write_result(result, o["json_path"])  # type: ignore[arg-type]
     if o["json_path"] != "-":
         echo_summary(result, runs, slo)

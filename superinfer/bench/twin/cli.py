@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import replace
 
 import click
 
+from superinfer.bench.output import keep_runs, write_result
 from superinfer.bench.twin.capacity import capacity_lines, slo_capacity
 from superinfer.bench.twin.grid import grid, run_grid
 from superinfer.core import PARAM_BOUNDS, Params, Tenant, TenantTable
@@ -136,7 +136,7 @@ def bench_sim(**o: object) -> None:
         "config": {k: v for k, v in o.items() if k not in ("json_path", "plot_dir", "workers")},
         "runs": runs,
     }
-    try:  # the runs are written whatever goes wrong in their summary or plot
+    with keep_runs(result):  # the runs are written whatever goes wrong in their summary or plot
         result["summary"] = summarise(runs)
         if len(rps) > 1:
             result["slo_capacity"] = slo_capacity(result["summary"])
@@ -146,18 +146,7 @@ def bench_sim(**o: object) -> None:
             path = os.path.join(str(o["plot_dir"]), f"attainment_{o['model']}_{o['hardware']}.png")
             attainment_vs_x(result["summary"], path, f"{o['model']} on {o['hardware']}, {o['workload']} ({o['arrival']})")
             result["plots"] = [path]
-    except Exception as exc:  # noqa: BLE001 - reported, and the runs kept
-        result["summary_error"] = f"{type(exc).__name__}: {exc}"
-        click.echo(f"error: the summary failed ({result['summary_error']}); the runs are written unsummarised",
-                   err=True)
-    text = json.dumps(result, indent=1)
-    if o["json_path"] == "-":
-        click.echo(text)
-    elif o["json_path"]:
-        with open(str(o["json_path"]), "w") as fh:
-            fh.write(text + "\n")
-    if "summary_error" in result:
-        sys.exit(1)
+    write_result(result, o["json_path"])  # type: ignore[arg-type]
     if o["json_path"] != "-":
         _table(result["summary"])
         for line in capacity_lines(result.get("slo_capacity", {})):
