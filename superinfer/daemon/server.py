@@ -38,6 +38,7 @@ from superinfer.daemon.stats import SloWindow
 from superinfer.daemon.tuner_metrics import TunerMetrics
 from superinfer.daemon.tuning import TunerError, TunerService
 from superinfer.daemon.wire import STATE_SCHEMA_VERSION
+from superinfer.jsonfile import write_json_atomic
 
 log = logging.getLogger("superinfer.daemon")
 STALL_S = 30.0  # an engine loop silent this long is stalled (watchdog pings stop, /healthz 503)
@@ -202,7 +203,7 @@ class Serving:
                                  f"{exc or 'uvicorn exited'}")
             await asyncio.sleep(0.02)
         d.port = int(self.server.servers[0].sockets[0].getsockname()[1])
-        lc.write_json_atomic(d.state_dir / lc.RUNTIME_FILE, {
+        write_json_atomic(d.state_dir / lc.RUNTIME_FILE, {
             "pid": os.getpid(), "host": cfg.d("host"), "port": d.port, "profile": cfg.profile,
             "backend": d.backend.name, "simulation": d.backend.simulation, "started_at": d.started_unix,
             "url": f"http://{cfg.d('host')}:{d.port}"})

@@ -17,6 +17,7 @@ from superinfer.daemon.backends.base import Backend
 from superinfer.daemon.config import Config
 from superinfer.daemon.parallel import probe_each, rank_devices
 from superinfer.daemon.params import PARAM_DEFAULTS, PARAM_KEYS, ParamStore, validate_update
+from superinfer.jsonfile import write_json_atomic
 
 log = logging.getLogger("superinfer.daemon")
 FALLBACK_B_XFER = 64  # the plugin's default when nothing better is known
@@ -124,5 +125,5 @@ def persist(path: Path, cfg: Config, backend: Backend, store: ParamStore, uptime
         "drain": drain,
         "error": error,
     }
-    lc.write_json_atomic(path, data)
+    write_json_atomic(path, data)
     return path

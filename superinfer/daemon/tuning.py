@@ -28,7 +28,8 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from superinfer.daemon.lifecycle import read_json, write_json_atomic
+from superinfer.daemon.lifecycle import read_json
+from superinfer.jsonfile import write_json_atomic
 from superinfer.tuner import Controller, TunerConfig, load_arms
 from superinfer.tuner.arms import ArmsError, empty_arms
 from superinfer.tuner.decisions import Decision

@@ -44,6 +44,8 @@ from typing import Any, Iterable, NamedTuple
 
 import numpy as np
 
+from superinfer.jsonfile import write_json_atomic
+
 CALIBRATION_VERSION = 1
 
 COEFFICIENT_KEYS = ("overhead_s", "per_prefill_token_s", "per_prefill_attn_pair_s", "per_decode_seq_s",
@@ -266,6 +268,4 @@ def save(calibration: Calibration, path: str | os.PathLike[str]) -> None:
     """Write ``calibration`` as JSON (validated by a round trip first, so a bad object is never written)."""
     doc = calibration.to_json_dict()
     from_json_dict(json.loads(json.dumps(doc)), str(path))
-    tmp = Path(str(path) + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_json_atomic(path, doc, indent=2, sort_keys=False)

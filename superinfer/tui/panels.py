@@ -6,7 +6,6 @@ was stripped of control characters by the client. A field the daemon does not ex
 
 from __future__ import annotations
 
-from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -14,7 +13,7 @@ from rich.text import Text
 
 from superinfer.core.knobs import KNOBS
 from superinfer.tui.fmt import DASH, bar, clock, duration, fit, gib, is_num, nice_ceiling, number, share_style, spark
-from superinfer.tui.tracker import Tracker, knobs, num
+from superinfer.tui.tracker import Tracker, dig, knobs, num
 
 PHASES = ("waiting", "rotary", "running")
 
@@ -24,14 +23,6 @@ def _grid(*widths: int | None) -> Table:
     for w in widths:
         t.add_column(width=w, no_wrap=True, overflow="ellipsis")
     return t
-
-
-def _get(d: Any, *path: str) -> Any:
-    for p in path:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(p)
-    return d
 
 
 def kv(tr: Tracker, width: int = 40) -> RenderableType:
@@ -109,7 +100,7 @@ def transfer(tr: Tracker, width: int = 40) -> RenderableType:
     g.add_row(Text(""), *(Text(h, style="bold dim", justify="right") for h in
                           ("GB/s", "peak*" if host else "peak", "use", "busy")))
     for d in ("h2d", "d2h"):
-        x = _get(s, "transfer", d) or {}
+        x = dig(s, "transfer", d) or {}
         gbps, peak, busy = num(x.get("gbps")), num(probe.get(f"duplex_{d}_gbps")), num(x.get("busy_share"))
         share = gbps / peak if gbps is not None and peak else None
         g.add_row(Text(d, style="bold"),

@@ -17,7 +17,7 @@ import sys
 from typing import Any, TextIO
 
 from superinfer.tui.judge import BREACH, OK, UNJUDGED, WARN
-from superinfer.tui.tracker import Tracker, knobs
+from superinfer.tui.tracker import Tracker, dig, knobs
 
 _BARE = re.compile(r"^[A-Za-z0-9_.:/@+%-]+$")
 _COLOURS = {OK: "\x1b[32m", WARN: "\x1b[33m", BREACH: "\x1b[31m"}
@@ -50,14 +50,6 @@ def value(v: Any) -> str:
     return s if _BARE.match(s) else json.dumps(s, ensure_ascii=False)
 
 
-def _get(d: Any, *path: str) -> Any:
-    for p in path:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(p)
-    return d
-
-
 def once_pairs(url: str, tracker: Tracker, now: float) -> list[tuple[str, Any]]:
     """The ``--once`` pairs, in their fixed order."""
     s = tracker.state or {}
@@ -66,24 +58,24 @@ def once_pairs(url: str, tracker: Tracker, now: float) -> list[tuple[str, Any]]:
     pairs += [(k, s.get(k)) for k in ("status", "backend", "simulation", "model", "profile", "pid", "version",
                                       "uptime_s", "slo_window_s")]
     pairs.append(("target_attainment", tracker.target))
-    pairs += [(f"queues.{k}", _get(s, "queues", k)) for k in ("waiting", "rotary", "running", "inflight_http")]
+    pairs += [(f"queues.{k}", dig(s, "queues", k)) for k in ("waiting", "rotary", "running", "inflight_http")]
     for tier in ("hbm", "dram"):
-        pairs += [(f"kv.{tier}.used", _get(s, "kv", tier, "used")), (f"kv.{tier}.total", _get(s, "kv", tier, "total")),
+        pairs += [(f"kv.{tier}.used", dig(s, "kv", tier, "used")), (f"kv.{tier}.total", dig(s, "kv", tier, "total")),
                   (f"kv.{tier}.used_gib", d["kv"][tier]["used_gib"]), (f"kv.{tier}.total_gib", d["kv"][tier]["total_gib"])]
     for direction in ("h2d", "d2h"):
-        pairs += [(f"transfer.{direction}.gbps", _get(s, "transfer", direction, "gbps")),
-                  (f"transfer.{direction}.busy_share", _get(s, "transfer", direction, "busy_share")),
-                  (f"transfer.{direction}.probe_duplex_gbps", _get(s, "probe", f"duplex_{direction}_gbps"))]
+        pairs += [(f"transfer.{direction}.gbps", dig(s, "transfer", direction, "gbps")),
+                  (f"transfer.{direction}.busy_share", dig(s, "transfer", direction, "busy_share")),
+                  (f"transfer.{direction}.probe_duplex_gbps", dig(s, "probe", f"duplex_{direction}_gbps"))]
     params = s.get("params") or {}
     pairs += [(f"params.{k}", v) for k, v in knobs(params).items()]
     pairs += [("params.version", params.get("version")), ("params.source", params.get("source"))]
-    pairs += [(f"counters.{k}", _get(s, "counters", k)) for k in COUNTER_KEYS]
+    pairs += [(f"counters.{k}", dig(s, "counters", k)) for k in COUNTER_KEYS]
     tuner = s.get("tuner") if isinstance(s.get("tuner"), dict) else tracker.tuner
     pairs += [(f"tuner.{k}", (tuner or {}).get(k) if tuner else ("off" if k == "mode" else None)) for k in TUNER_KEYS]
     for name, t in (s.get("tenants") or {}).items():
         pre = f"tenant.{name}."
         pairs += [(pre + k, (t or {}).get(k)) for k in TENANT_KEYS]
-        pairs += [(pre + k, _get(t, "window", k)) for k in WINDOW_KEYS]
+        pairs += [(pre + k, dig(t, "window", k)) for k in WINDOW_KEYS]
         dt = d["tenants"].get(name, {})
         pairs += [(pre + out, dt.get(k)) for k, out in DERIVED_TENANT_KEYS.items()]
     return pairs

@@ -33,6 +33,15 @@ def knobs(params: dict[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (params or {}).items() if k not in PARAM_META}
 
 
+def dig(d: Any, *path: str) -> Any:
+    """``d[path[0]][path[1]]...``, or None where a level is missing or not a dict."""
+    for p in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(p)
+    return d
+
+
 def _fmt(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS
+from superinfer.jsonfile import write_json_atomic
 
 ARMS_VERSION = 1
 ARMS_KIND = "superinfer-tuner-arms"
@@ -164,10 +165,7 @@ def load_arms(path: str | os.PathLike[str]) -> Arms:
 
 
 def save_arms(arms: Arms, path: str | os.PathLike[str]) -> None:
-    p = Path(path)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(arms.as_dict(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, p)
+    write_json_atomic(path, arms.as_dict())
 
 
 def empty_arms() -> Arms:

@@ -34,6 +34,7 @@ from typing import Any
 from superinfer.core import (B_XFER_BOUNDS, HBM_ONLY_POLICIES, INTEGER_PARAMS, PARAM_BOUNDS, Params, Tenant, check_knob,
                              check_number, core_policy_name)
 from superinfer.core.budget import IterationModel
+from superinfer.jsonfile import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -165,14 +166,7 @@ def write_params(path: str | os.PathLike[str], values: dict[str, Any], mode: int
     """Validate ``values`` (:func:`parse_params`) and replace the params file atomically and durably
     (temporary file, fsync, ``os.replace``): the one writer of the file (daemon, tuner, benches, tests)."""
     parse_params(values)
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
-    with os.fdopen(fd, "w") as f:
-        json.dump(values, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_json_atomic(path, values, mode=mode)
 
 
 def load_step_model(path: str | None) -> IterationModel | None:

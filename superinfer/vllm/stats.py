@@ -7,12 +7,12 @@ logged and never stops the engine.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
 from collections import Counter
 from typing import Any, Callable
+
+from superinfer.jsonfile import write_json_atomic
 
 log = logging.getLogger(__name__)
 ENV_STATS_FILE = "SUPERINFER_STATS_FILE"
@@ -45,14 +45,7 @@ class StatsFile:
         if self.path is None:
             return
         self._at = time.monotonic()
-        tmp = f"{self.path}.{os.getpid()}.tmp"
         try:
-            with open(tmp, "w") as f:
-                json.dump({**document(), "published_at": time.time()}, f, sort_keys=True)
-            os.replace(tmp, self.path)
+            write_json_atomic(self.path, {**document(), "published_at": time.time()}, indent=None, durable=False)
         except (OSError, TypeError, ValueError) as exc:
             log.error("RotaScheduler: cannot write stats to %s: %s", self.path, exc)
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
