@@ -102,6 +102,8 @@ def main() -> None:
         best = {k: max(vs, key=lambda v: summary[f"{k}={v}"]["mean_slo_attainment"]) for k, vs in sweeps.items()}
         hs, ht = specs_at(chosen["held_out"], "lvf", base, ("base", None))
         for k, v in best.items():
+            if v == getattr(base, k):  # the base itself, scored above
+                continue
             s, t = specs_at(chosen["held_out"], "lvf", base.replace(**{k: v}), (k, v))
             hs += s
             ht += t

@@ -6,7 +6,6 @@ was stripped of control characters by the client. A field the daemon does not ex
 
 from __future__ import annotations
 
-
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
