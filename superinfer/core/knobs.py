@@ -73,7 +73,8 @@ def check_number(name: str, value: Any, lo: float, hi: float, *, integer: bool =
 
 
 # RotaSched v2 knobs (`lvf`; `lvf-paper` ignores them): docs/design.md "RotaSched v2"; their defaults are
-# the best of each knob's sweep (bench/results/v2_sweep*.json, bench/v2_sweep.py). The paper's main setting
+# the best of each knob's sweep (bench/results/v2_sweep*.json, bench/v2_sweep.py; rotation_margin_s from the
+# long-output re-sweep, bench/results/reasoning/v2_sweep_reasoning.json). The paper's main setting
 # is α = 3, δ_B = 0, δ_F = 0.5.
 KNOBS: tuple[Knob, ...] = (
     Knob("alpha", 0.0, 100.0, 3.0, float, "", "VLT weight of rotary requests", "α"),
@@ -86,7 +87,7 @@ KNOBS: tuple[Knob, ...] = (
     # TBT slack S_B·(k−1) − (t − t_first) after k tokens, or TTFT slack S_F − (t − t_arr) before the first
     Knob("slack_gate_s", -3600.0, 3600.0, 3.0, float, "s",
          "lvf: a discretionary victim must be ahead of its SLO by this much (s); -3600: off", "slack_gate_s"),
-    Knob("rotation_margin_s", 0.0, 60.0, 2.0, float, "s",
+    Knob("rotation_margin_s", 0.0, 60.0, 5.0, float, "s",
          "lvf: a candidate displaces a running request only if its VLT exceeds the victim's by more than "
          "this (s); 0: off", "rotation_margin_s"),
     # Andes: a hopeless request gains nothing from service now
