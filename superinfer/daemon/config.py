@@ -21,6 +21,7 @@ from superinfer.daemon.params import PARAM_KEYS
 from superinfer.daemon.parallel import layout_errors
 from superinfer.daemon.profiles import Profile, ProfileError, find_profile, load_profile
 from superinfer.daemon.schema import SCHEMA, TENANT_KEYS, Key, SchemaError, check_value, parse_text
+from superinfer.tuner.fleet import redact
 
 ENV_PREFIX = "SUPERINFER_"
 
@@ -78,7 +79,7 @@ class Config:
         out: dict[str, Any] = {"profile": {"name": self.profile, "path": str(self.profile_path)}}
         out["daemon"] = {k: {"value": s.value, "source": s.source} for k, s in self.daemon.items()}
         for section, keys in self.values.items():
-            out[section] = {k: {"value": s.value, "source": s.source} for k, s in keys.items()}
+            out[section] = {k: {"value": _shown(section, k, s.value), "source": s.source} for k, s in keys.items()}
         out["tenants"] = {
             "source": self.tenant_source,
             "list": [{"name": t.name, "ttft_s": t.ttft_slo, "tbt_s": t.tbt_slo, "weight": t.weight,
@@ -87,6 +88,12 @@ class Config:
                       "priority": t.priority, "share": self.tenant_shares[t.name]} for t in self.tenants],
         }
         return out
+
+
+def _shown(section: str, key: str, value: Any) -> Any:
+    """A value as shown to anyone: a storage URL without its password."""
+    spec = SCHEMA.get(section, {}).get(key)
+    return redact(value) if spec is not None and spec.kind == "storage" and isinstance(value, str) else value
 
 
 def default_state_dir(env: dict[str, str] | None = None) -> tuple[str, str]:

@@ -16,13 +16,15 @@ from typing import Any
 
 from superinfer.core import ENGINE_POLICIES, KNOB, KNOBS
 from superinfer.daemon.params import PARAM_KEYS
+from superinfer.tuner.fleet import check_storage, redact
 from superinfer.tuner.space import DEFAULT_KNOBS as TUNER_KNOBS
 
 
 @dataclass(frozen=True)
 class Key:
     """One setting. ``kind``: int, float, bool, str, choice, b_xfer (the string "auto" or an int >= 0), knobs
-    (a list of knob names of ``PARAM_BOUNDS``) or caps (a table knob name -> number > 0)."""
+    (a list of knob names of ``PARAM_BOUNDS``), caps (a table knob name -> number > 0) or storage (an Optuna
+    storage URL, shown with its password redacted)."""
 
     kind: str
     default: Any
@@ -42,6 +44,8 @@ class Key:
             return "a non-empty list of knob names (" + ", ".join(PARAM_KEYS) + ")"
         if self.kind == "caps":
             return "a table of knob name = number > 0 (knobs: " + ", ".join(PARAM_KEYS) + ")"
+        if self.kind == "storage":
+            return "sqlite:///PATH, postgresql://user@host/db, journal:PATH, memory, or empty"
         what = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}[self.kind]
         if self.lo is not None and self.hi is not None and not self.lo_open:
             return f"{what} within [{_num(self.lo)}, {_num(self.hi)}]"
@@ -149,8 +153,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
                         "the trial shows it worse) or noninferiority (the trial must show it is not worse)",
                         choices=("unless_worse", "noninferiority")),
         "arms_file": Key("str", "", "arms from `superinferd tune` (per-phase settings); empty: none"),
-        "storage": Key("str", "", "Optuna storage of the online local search: sqlite:///..., postgresql://..., "
-                       "journal:PATH, memory; empty: sqlite in <state-dir>/tuner.db"),
+        "storage": Key("storage", "", "Optuna storage: sqlite:///..., postgresql://..., journal:PATH, memory; "
+                       "empty: sqlite in <state-dir>/tuner.db. Anything but empty and memory is also the fleet's: "
+                       "daemons naming the same one share their live trials (a PostgreSQL server holds only the "
+                       "fleet's studies; the local search stays in <state-dir>/tuner.db)"),
         "seed": Key("int", 0, "seed of the bandit and the local search", 0, 1 << 31),
     },
     "load": {
@@ -208,6 +214,13 @@ def check_value(key: Key, value: Any) -> Any:
                                               or not math.isfinite(v) or v <= 0 for k, v in value.items()):
             raise SchemaError(key.expected(), value)
         return {k: float(v) for k, v in value.items()}
+    if kind == "storage":
+        if not isinstance(value, str):
+            raise SchemaError(key.expected(), value)
+        try:
+            return check_storage(value)
+        except ValueError:
+            raise SchemaError(key.expected(), redact(value)) from None
     if kind == "b_xfer":
         if value == "auto":
             return value

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from superinfer.tuner.config import MODES
 from superinfer.tuner.controller import Controller
 from superinfer.tuner.decisions import Decision
+from superinfer.tuner.fleet import Fleet
 from superinfer.tuner.freeze import REASONS
 
 STATES = ("off", "observe", "trial", "cooldown", "frozen")
@@ -45,6 +46,12 @@ class TunerMetrics:
                                "evaluated window of the incumbent and of the candidate", ["window"], registry=r)
         self.phase_changes = Counter(p + "phase_changes_total", "Traffic changes detected (Page-Hinkley)", registry=r)
         self.decisions = Counter(p + "decisions_total", "Decisions, by action", ["action"], registry=r)
+        self.fleet_connected = Gauge(p + "fleet_connected", "1 while the fleet's shared storage answers, 0 while "
+                                     "it does not (the tuner tunes locally and retries); 0 without a fleet",
+                                     registry=r)
+        self.fleet_trials = Counter(p + "fleet_trials_total", "Live trials published to the fleet's studies and "
+                                    "other hosts' trials read from them", ["direction"], registry=r)
+        self._fleet_seen = {"published": 0, "imported": 0}
         self.knobs = knobs
         for o in OUTCOMES:
             self.trials.labels(o)
@@ -64,7 +71,7 @@ class TunerMetrics:
         if d.action == "phase" and d.reason.startswith("traffic changed"):
             self.phase_changes.inc()
 
-    def sync(self, c: Controller, now: float) -> None:
+    def sync(self, c: Controller, now: float, fleet: Fleet | None = None) -> None:
         for m in MODES:
             self.mode.labels(m).set(1 if c.mode == m else 0)
         for s in STATES:
@@ -80,3 +87,9 @@ class TunerMetrics:
         for w, v in c.objective.items():
             if v is not None:
                 self.objective.labels(w).set(v)
+        if fleet is not None:
+            st = fleet.status()
+            self.fleet_connected.set(1 if st["connected"] else 0)
+            for d in ("published", "imported"):
+                self.fleet_trials.labels(d).inc(max(0, st[d] - self._fleet_seen[d]))
+                self._fleet_seen[d] = st[d]

@@ -19,9 +19,11 @@ API's reads and writes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from collections import deque
@@ -33,6 +35,7 @@ from superinfer.jsonfile import write_json_atomic
 from superinfer.tuner import Controller, TunerConfig, load_arms
 from superinfer.tuner.arms import ArmsError, empty_arms
 from superinfer.tuner.decisions import Decision
+from superinfer.tuner.fleet import Fleet, FleetThread, is_shared, redact
 from superinfer.tuner.snapshot import dump, restore, status
 
 if TYPE_CHECKING:
@@ -71,20 +74,36 @@ def tuner_config(cfg: Config) -> TunerConfig:
 
 
 def storage_for(cfg: Config) -> str | None:
+    """The local search's study: in memory, a local file (SQLite, journal), or, when the storage is a
+    PostgreSQL server, the state dir's SQLite file: a database across the network is the fleet's
+    (:func:`fleet_for`), reached off the serving path, so a server that is down never stops the daemon."""
     from superinfer.tuner.offline.study import open_storage
 
     spec = cfg.get("tuner", "storage")
     if spec == "memory":
         return None
-    if spec == "":
+    if spec == "" or spec.startswith(("postgresql://", "postgres://")):
         return f"sqlite:///{cfg.state_dir / DB_FILE}"
     try:
         open_storage(spec)
     except Exception as exc:  # noqa: BLE001 - any storage failure is a configuration error
-        raise TunerError(f"tuner.storage {spec!r}: {type(exc).__name__}: {exc}") from None
+        raise TunerError(f"tuner.storage {redact(spec)!r}: {type(exc).__name__}: {redact(str(exc))}") from None
     from superinfer.tuner.offline.study import storage_url
 
     return storage_url(spec)
+
+
+def fleet_for(cfg: Config) -> Fleet | None:
+    """The fleet's link when ``[tuner] storage`` names a database (docs/tuner.md, "Fleet"); the model is
+    the served name (else the model directory's name, else the twin's model profile), the host id this
+    machine's name and a hash of the state dir (several daemons may share a machine)."""
+    spec = cfg.get("tuner", "storage")
+    if not is_shared(spec):
+        return None
+    e = cfg.get
+    model = e("engine", "served_model_name") or Path(e("engine", "model_path")).name or e("engine", "model")
+    tag = hashlib.sha256(str(cfg.state_dir.resolve()).encode()).hexdigest()[:8]
+    return Fleet(spec, model, f"{socket.gethostname()}/{tag}")
 
 
 class TunerService:
@@ -105,14 +124,19 @@ class TunerService:
         tenants = {t.name: (t.ttft_slo, t.weight) for t in cfg.tenants}
         incumbent = {k: float(store.values[k]) for k in tcfg.knobs}
         now = time.monotonic()
+        self.fleet = fleet_for(cfg)
         self.ctl = Controller(tcfg, tenants, incumbent, writer=self._write, arms=arms, now=now,
                               storage=storage_for(cfg), study_name=f"superinfer-online-{cfg.profile}",
-                              on_decision=self._decided)
+                              on_decision=self._decided, fleet=self.fleet)
         notes = restore(self.ctl, read_json(self.state_dir / STATE_FILE), now, self.from_wall, self.profile_mode)
         for n in notes:
             log.info("%s", n)
         store.observers.append(self.on_params)
         self._sync_metrics(now)
+        self._fleet_thread = None if self.fleet is None else FleetThread(self.fleet, time.monotonic)
+        if self._fleet_thread is not None:
+            log.info("tuner: fleet storage %s (host %s, model %s)", self.fleet.url, self.fleet.host, self.fleet.model)
+            self._fleet_thread.start()
 
     # ---- clocks ---------------------------------------------------------------------------------
     @staticmethod
@@ -156,6 +180,7 @@ class TunerService:
         with self._lock:
             out = status(self.ctl, time.monotonic(), self.to_wall)
         out["decision_log"] = str(self.state_dir / DECISIONS_FILE)
+        out["fleet"] = None if self.fleet is None else self.fleet.status()
         return out
 
     def put(self, body: dict[str, Any], source: str) -> dict[str, Any]:
@@ -187,6 +212,8 @@ class TunerService:
             self._drain()
             self.ctl.stop(now)
             self._save(now)
+        if self._fleet_thread is not None:
+            self._fleet_thread.stop()
 
     # ---- internals ------------------------------------------------------------------------------
     def _write(self, values: dict[str, float | int]) -> None:
@@ -216,4 +243,4 @@ class TunerService:
 
     def _sync_metrics(self, now: float) -> None:
         if self.metrics is not None:
-            self.metrics.sync(self.ctl, now)
+            self.metrics.sync(self.ctl, now, self.fleet)

@@ -17,11 +17,13 @@ from superinfer.tuner.bandit import DiscountedThompson
 from superinfer.tuner.budget import ExplorationBudget
 from superinfer.tuner.config import TunerConfig
 from superinfer.tuner.decisions import Trial
+from superinfer.tuner.fleet import Fleet, phase_key
 from superinfer.tuner.local import LocalSearch
 from superinfer.tuner.objective import Score
 from superinfer.tuner.space import KnobSpace
 
 PRIOR_LOCAL, PRIOR_PHASE, PRIOR_ROBUST = (1.0, 1.0), (4.0, 1.0), (2.0, 1.0)
+PRIOR_FLEET = PRIOR_PHASE  # another host's accepted setting: live evidence, as strong as the study's phase arm
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,9 @@ class Chooser:
     phase) from a jump until :meth:`check_jump` reads it once; the bandit learns only accept / reject /
     rollback of its own arms, and only local trials are charged to the budget."""
 
-    def __init__(self, cfg: TunerConfig, space: KnobSpace, arms: Arms, storage: str | None, study_name: str) -> None:
-        self.cfg, self.space, self.arms = cfg, space, arms
+    def __init__(self, cfg: TunerConfig, space: KnobSpace, arms: Arms, storage: str | None, study_name: str,
+                 fleet: Fleet | None = None) -> None:
+        self.cfg, self.space, self.arms, self.fleet = cfg, space, arms, fleet
         self.bandit = DiscountedThompson(cfg.gamma, cfg.explore_threshold, cfg.seed)
         self.bandit.ensure("local", PRIOR_LOCAL)
         for name in arms.phases:
@@ -95,6 +98,11 @@ class Chooser:
             if not self.space.same(t, incumbent):
                 arms.append(f"arm:{name}")
                 targets[f"arm:{name}"] = t
+        fleet = self._fleet_target(phase, incumbent)
+        if fleet is not None:
+            self.bandit.ensure("fleet", PRIOR_FLEET)
+            arms.append("fleet")
+            targets["fleet"] = fleet.target
         if not arms:
             return Hold(f"no local step: {self.budget.describe(now)}; no study arm to try")
         choice, samples = self.bandit.choose(arms)
@@ -114,7 +122,7 @@ class Chooser:
         arm = self.arms.phases[phase]
         target = self.space.toward(incumbent, merge_params(incumbent, arm), self.cfg.arm_step_factor)
         if self.space.same(target, incumbent):
-            return None
+            return self._fleet_target(phase, incumbent)  # the study has nothing here; another host may
         here = self.arms.prior(phase, incumbent, self.space.same)
         gain = None if here is None or arm.score is None else arm.score - here
         full = self.space.same(target, merge_params(incumbent, arm))  # not cut short by the step caps
@@ -148,9 +156,27 @@ class Chooser:
             return self.arms.robust.score
         return self.arms.phases[arm[4:]].score if arm.startswith("arm:") and arm[4:] in self.arms.phases else None
 
-    def learn(self, now: float, tr: Trial, outcome: str, gain: float | None, served: Score) -> None:
+    def _fleet_target(self, phase: str | None, incumbent: Mapping[str, float]) -> Proposal | None:
+        """The ``fleet`` arm: the best accepted setting another host published for ``phase`` (within
+        ``arm_step_factor`` caps), unless it is the incumbent or there is no fleet."""
+        best = self.fleet.best(phase_key(phase)) if self.fleet is not None else None
+        if best is None:
+            return None
+        full = {**incumbent, **{k: v for k, v in best.params.items() if k in self.space.knobs}}
+        target = self.space.toward(incumbent, full, self.cfg.arm_step_factor)
+        if self.space.same(target, incumbent):
+            return None
+        return Proposal("fleet", target, f"the fleet's best accepted setting for phase {phase_key(phase)}: "
+                        f"{best.value:.4f} on host {best.host} ({best.trials} trials)")
+
+    def learn(self, now: float, tr: Trial, outcome: str, gain: float | None, served: Score,
+              scores: tuple[Score, Score] | None = None, phase: str | None = None) -> None:
         """A trial ended: charge a local one's realised loss to the budget (the incumbent's baseline
-        before it against what both sides ``served``), tell the local search, update the bandit."""
+        before it against what both sides ``served``), tell the local search, update the bandit, and
+        publish a verdict (``scores``: candidate, incumbent) of ``phase`` to the fleet."""
+        if self.fleet is not None and outcome in ("accept", "reject", "rollback"):
+            cand, inc = (None, None) if scores is None else (scores[0].value, scores[1].value)
+            self.fleet.publish(phase_key(phase), tr.setting, outcome, cand, inc, gain, tr.arm)
         if tr.arm == "local":
             self.budget.charge(now, tr.baseline, served.value, now - tr.started)
         if tr.number is not None:

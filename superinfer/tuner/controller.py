@@ -47,6 +47,7 @@ from superinfer.tuner.budget import ExplorationBudget
 from superinfer.tuner.chooser import Chooser, Hold, Jump, Proposal
 from superinfer.tuner.config import MODES, TunerConfig, TunerConfigError
 from superinfer.tuner.decisions import Decision, Trial
+from superinfer.tuner.fleet import Fleet
 from superinfer.tuner.freeze import Freeze
 from superinfer.tuner.local import LocalSearch
 from superinfer.tuner.measure import Measurements
@@ -72,7 +73,7 @@ class Controller:
     def __init__(self, cfg: TunerConfig, tenants: Mapping[str, tuple[float, float]], incumbent: Mapping[str, float],
                  *, writer: Writer | None = None, arms: Arms | None = None, now: float = 0.0,
                  storage: str | None = None, study_name: str = "superinfer-online",
-                 on_decision: Callable[[Decision], None] | None = None) -> None:
+                 on_decision: Callable[[Decision], None] | None = None, fleet: Fleet | None = None) -> None:
         self.cfg = cfg
         self.space = KnobSpace(cfg.knobs, cfg.step_caps)
         self.incumbent = self.space.check(dict(incumbent))
@@ -84,7 +85,7 @@ class Controller:
         self.traffic = TrafficTracker(cfg, self.arms)
         self.watch = BaselineWatch(cfg, self.m, now)
         self.trials = Trials(cfg, self.m)
-        self.chooser = Chooser(cfg, self.space, self.arms, storage, study_name)
+        self.chooser = Chooser(cfg, self.space, self.arms, storage, study_name, fleet)
         self.on_decision = on_decision
         self.mode = cfg.mode
         self.state = "off" if self.mode == "off" else "observe"
@@ -312,7 +313,7 @@ class Controller:
             self.objective["candidate"], self.objective["incumbent"] = v.scores[0].value, v.scores[1].value
             self.counts["windows"] += 1
         self.counts["trials"][v.outcome] = self.counts["trials"].get(v.outcome, 0) + 1
-        self.chooser.learn(now, tr, v.outcome, v.gain, served)
+        self.chooser.learn(now, tr, v.outcome, v.gain, served, v.scores, self.phase if phase is _CURRENT else phase)
         if v.outcome == "accept":
             self.incumbent = dict(tr.setting)
             self._apply(now, self.incumbent)

@@ -61,6 +61,8 @@ BROKEN = [
     ("[tuner]\nstep_caps = {speed = 1.0}\n", "tuner.step_caps", "knob name"),
     ("[tuner]\ntrust_region = 1.5\n", "tuner.trust_region", "> 0 and <= 1"),
     ("[tuner]\nmin_requests = 0\n", "tuner.min_requests", "within [1,"),
+    ("[tuner]\nstorage = \"mysql://fleet:s3cret@db/x\"\n", "tuner.storage", "expected sqlite:///PATH, postgresql://"),
+    ("[tuner]\nstorage = \"tuner.db\"\n", "tuner.storage", "journal:PATH, memory, or empty"),
     ("[[tenants]]\nname = \"a\"\n[[tenants]]\nname = \"a\"\n", "tenants[1].name", "duplicate tenant 'a'"),
     ("[[tenants]]\nname = \"a\"\nweight = 0.5\n", "tenants[0].weight", "within [1, 1000000], got 0.5"),
     ("[[tenants]]\nname = \"a\"\nttft_s = 0.0\n", "tenants[0].ttft_s", "> 0"),
@@ -193,3 +195,18 @@ def test_v2_knobs_in_a_profile_env_and_set(tmp_path: Path) -> None:
     for key in PARAM_BOUNDS:  # every knob is listed; those chat.toml leaves unset show the core's default
         assert sched[key]["source"] != "default" or sched[key]["value"] == defaults[key], key
     assert all(sched[k]["source"] == "default" for k in ("slack_gate_s", "rotation_margin_s", "hopeless_last"))
+
+
+def test_tuner_storage_password_is_never_shown(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[tuner]\nstorage = "mysql://fleet:s3cret@db/x"\n')
+    with pytest.raises(ProfileError) as info:
+        resolve(None, profile_file=str(bad), env={})
+    assert "tuner.storage" in str(info.value) and "s3cret" not in str(info.value)
+    good = tmp_path / "good.toml"
+    good.write_text('[tuner]\nstorage = "postgresql://fleet:s3cret@db.example/superinfer"\n')
+    cfg = resolve(None, profile_file=str(good), env={})
+    assert cfg.get("tuner", "storage").endswith("s3cret@db.example/superinfer")  # the daemon still has it
+    assert cfg.as_dict()["tuner"]["storage"]["value"] == "postgresql://fleet:***@db.example/superinfer"
+    r = run_cli("config", "show", "--profile-file", str(good), env=base_env(tmp_path))
+    assert r.returncode == 0 and "fleet:***@db.example" in r.stdout and "s3cret" not in r.stdout + r.stderr
