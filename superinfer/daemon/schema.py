@@ -135,6 +135,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "window_s": Key("float", 120.0, "measurement window (s of arrivals)", 0, 86400, lo_open=True),
         "warmup_s": Key("float", 20.0, "after each change, arrivals this long are not counted (s)", 0, 3600),
         "min_requests": Key("int", 200, "decided requests a window needs (fewer: low load, frozen)", 1, 1 << 30),
+        "max_window_s": Key("float", 900.0, "on sparse traffic a window grows to 1.25 min_requests / rate, at most "
+                            "this (never below window_s); frozen (low load) only when this cannot hold min_requests",
+                            0, 86400, lo_open=True),
         "cooldown_s": Key("float", 60.0, "after a decision, no new trial before this (s)", 0, 86400),
         "trust_region": Key("float", 0.5, "initial radius of local steps, as a share of the step caps", 0, 1, lo_open=True),
         "knobs": Key("knobs", tuple(TUNER_KNOBS), "the knobs the tuner moves (names from [scheduler])"),

@@ -61,7 +61,8 @@ def tuner_config(cfg: Config) -> TunerConfig:
     per-switch warm-up is half of ``warmup_s`` (each side gets ``window_s`` of counted arrivals)."""
     g = cfg.get
     window, n = g("tuner", "window_s"), g("tuner", "min_requests")
-    return TunerConfig(mode=g("tuner", "mode"), window_s=window, warmup_s=g("tuner", "warmup_s"),
+    return TunerConfig(mode=g("tuner", "mode"), window_s=window, max_window_s=max(window, g("tuner", "max_window_s")),
+                       warmup_s=g("tuner", "warmup_s"),
                        switch_warmup_s=g("tuner", "warmup_s") / 2,
                        slot_s=min(30.0, window / 4), settle_s=min(10.0, window / 4), max_settle_s=min(120.0, 2 * window),
                        guard_min_requests=max(5, min(30, n // 5)),

@@ -29,12 +29,14 @@ class BaselineWatch:
     Invariants: no window before the first arrival (``started``); the first one, and the one after a
     traffic change, start at once and span ``classify_slots`` slots (the ``baseline`` window); any other
     starts ``warmup_s`` after the last change of the applied setting (``changed_at``) and spans
-    ``window_s``; at most one is open, and none while a trial runs; a window is closed only once
-    evaluable and not while the traffic is being classified; ``proposable`` only with a baseline, and
-    a baseline is proposed against at most once (:meth:`take`)."""
+    ``window_s`` (the controller sets it from the load: ``superinfer.tuner.sparse``); at most one is open,
+    and none while a trial runs; a window is closed only once evaluable and not while the traffic is being
+    classified; ``proposable`` only with a baseline, and a baseline is proposed against at most once
+    (:meth:`take`)."""
 
     def __init__(self, cfg: TunerConfig, m: Measurements, now: float) -> None:
         self.cfg, self.m = cfg, m
+        self.window_s = cfg.window_s  # the next window's length (sized from the arrival rate)
         self.obs: Window | None = None  # opened at the first arrival (the traffic's start is a change too)
         self.started = False
         self.changed_at = now
@@ -74,7 +76,7 @@ class BaselineWatch:
         """Open the next window if none is open; close it once evaluable (not while ``classifying``);
         one with ``min_requests`` decided requests becomes the baseline of ``epoch``."""
         if self.obs is None:
-            self.obs = self.m.open(max(now, self.changed_at + self.cfg.warmup_s), self.cfg.window_s, "incumbent")
+            self.obs = self.m.open(max(now, self.changed_at + self.cfg.warmup_s), self.window_s, "incumbent")
         if not self.m.evaluable(self.obs, now) or classifying:
             return None
         w, self.obs = self.obs, None

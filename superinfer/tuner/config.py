@@ -23,7 +23,10 @@ class TunerConfig:
     * ``window_s``: length of a measurement window (arrival times); ``warmup_s``: how long after a change
       arrivals are not counted; ``min_requests``: decided requests a window needs (fewer: the window is
       extended once, then the trial is inconclusive; a load that cannot reach it in a window freezes the
-      tuner, ``low_load``); ``settle_s``: how long after the largest TTFT SLO past a window's end the
+      tuner, ``low_load``); ``max_window_s``: on sparse traffic a window grows to hold ``min_requests``
+      (``superinfer.tuner.sparse``: ``1.25 min_requests / rate``, between ``window_s`` and this; the
+      freeze then needs ``rate x max_window_s < min_requests``; ``window_s``: a fixed window);
+      ``settle_s``: how long after the largest TTFT SLO past a window's end the
       evaluation waits for running requests (``max_settle_s`` at most).
     * ``alpha``: the accept test's level; ``guard_alpha``, ``guard_margin`` (attainment, 0.05 = 5 pp),
       ``guard_min_requests`` (per tenant): the rollback guard. ``arm_test``: the verdict on an offline
@@ -65,6 +68,7 @@ class TunerConfig:
     window_s: float = 120.0
     warmup_s: float = 20.0
     min_requests: int = 200
+    max_window_s: float = 900.0
     settle_s: float = 10.0
     max_settle_s: float = 120.0
     alpha: float = 0.05
@@ -96,7 +100,7 @@ class TunerConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise TunerConfigError(f"mode: expected one of {', '.join(MODES)}, got {self.mode!r}")
-        positive = ("window_s", "slot_s", "max_settle_s", "ph_lambda")
+        positive = ("window_s", "max_window_s", "slot_s", "max_settle_s", "ph_lambda")
         non_negative = ("warmup_s", "switch_warmup_s", "settle_s", "cooldown_s", "ph_delta", "phase_max_distance")
         for f in fields(self):
             v = getattr(self, f.name)
@@ -136,6 +140,8 @@ class TunerConfig:
         f = self.arm_step_factor
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or f < 1:
             raise TunerConfigError(f"arm_step_factor: expected a finite number >= 1, got {f!r}")
+        if self.max_window_s < self.window_s:
+            raise TunerConfigError(f"max_window_s ({self.max_window_s}) must not be below window_s ({self.window_s})")
         if self.warmup_s >= self.window_s * 4:
             raise TunerConfigError(f"warmup_s ({self.warmup_s}) should be well below window_s ({self.window_s})")
 

@@ -198,12 +198,13 @@ class Controller:
             self._propose(now, move)
 
     def _on_load(self, now: float, load: Load) -> None:
+        self.watch.window_s = self.trials.window_s = load.window_s  # sized to the rate (tuner.sparse)
         if load.low == self.freeze.low_load:
             return
         self.freeze.low_load = load.low
         if load.low:
-            self._log(now, "freeze", f"low_load: {load.rate:.3g} req/s fills a {self.cfg.window_s:g} s window with "
-                      f"fewer than {self.cfg.min_requests} requests")
+            self._log(now, "freeze", f"low_load: {load.rate:.3g} req/s fills the longest window "
+                      f"({self.cfg.max_window_s:g} s) with fewer than {self.cfg.min_requests} requests")
             self._frozen_now(now)
         else:
             self._log(now, "unfreeze", f"load back: {load.rate:.3g} req/s")

@@ -3,8 +3,9 @@
 Reasons, in the order :attr:`Freeze.reason` reports them: ``operator`` (an operator froze it with
 ``PUT /v1/tuner``, or wrote the params while it ran in ``auto``; cleared only by an operator),
 ``rollbacks`` (``max_rollbacks_per_hour`` rollbacks in the last 3,600 s; clears as they age out, or
-when an operator unfreezes, which forgets them), ``low_load`` (the recent arrival rate cannot fill a
-window with ``min_requests`` requests; clears when it can).
+when an operator unfreezes, which forgets them), ``low_load`` (the recent arrival rate cannot fill even
+the longest window, ``max_window_s``, with ``min_requests`` requests: ``superinfer.tuner.sparse``; clears
+when it can).
 """
 
 from __future__ import annotations

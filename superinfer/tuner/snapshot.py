@@ -71,6 +71,7 @@ def status(c: Controller, now: float, to_wall: Clock = lambda t: t, last: int = 
         "exploration_fraction": round(c.explore_s / c.observed_s, 4) if c.observed_s > 0 else 0.0,
         "test": test_description(c),
         "window_s": cfg.window_s, "warmup_s": cfg.warmup_s, "min_requests": cfg.min_requests,
+        "max_window_s": cfg.max_window_s, "window_now_s": round(c.trials.window_s, 1),
     }
 
 

@@ -18,6 +18,7 @@ from superinfer.tuner.arms import Arms
 from superinfer.tuner.config import TunerConfig
 from superinfer.tuner.measure import rate_of
 from superinfer.tuner.phase import PageHinkley, mean_features, nearest_phase
+from superinfer.tuner.sparse import too_sparse, window_for
 
 #: a settling classification that names no phase is tried again on the next slot at most this often
 CLASSIFY_RETRIES = 4
@@ -47,11 +48,13 @@ class PhaseNamed:
 
 @dataclass(frozen=True)
 class Load:
-    """The recent arrival rate (req/s, NaN before any slot) and whether it is too low to fill a window
-    with ``min_requests`` requests (the ``low_load`` freeze)."""
+    """The recent arrival rate (req/s, NaN before any slot), whether it is too low to fill even the
+    longest window with ``min_requests`` requests (the ``low_load`` freeze), and the window that rate
+    needs (``superinfer.tuner.sparse``)."""
 
     rate: float
     low: bool
+    window_s: float
 
 
 class TrafficTracker:
@@ -119,9 +122,9 @@ class TrafficTracker:
         return PhaseNamed(name, d, renamed, settle) if renamed or settle else None
 
     def load(self) -> Load:
-        """The recent arrival rate and whether it is low (at least two slots seen, or one when a window
-        holds one slot)."""
+        """The recent arrival rate, whether it is low (at least two slots seen, or one when a window
+        holds one slot) and the window it needs."""
         rate = rate_of(list(self.recent))
         low = (not math.isnan(rate)) and len(self.recent) >= min(2, self.recent.maxlen) and \
-            rate * self.cfg.window_s < self.cfg.min_requests
-        return Load(rate, low)
+            too_sparse(self.cfg, rate)
+        return Load(rate, low, window_for(self.cfg, rate))

@@ -41,6 +41,7 @@ from superinfer.tuner.config import TunerConfig
 from superinfer.tuner.decisions import Trial
 from superinfer.tuner.measure import Measurements
 from superinfer.tuner.objective import Score
+from superinfer.tuner.sparse import switch_s
 from superinfer.tuner.switchback import CANDIDATE, INCUMBENT, Switchback, combine
 
 
@@ -75,13 +76,14 @@ class Trials:
     def __init__(self, cfg: TunerConfig, m: Measurements) -> None:
         self.cfg, self.m = cfg, m
         self.running: Trial | None = None
+        self.window_s = cfg.window_s  # each side's counted arrivals in the next trial (superinfer.tuner.sparse)
 
     def start(self, now: float, arm: str, setting: Mapping[str, float], number: int | None,
               incumbent: Mapping[str, float], expected: float | None, baseline: float | None) -> Trial:
         """Start a switchback trial of ``setting`` (already within the step caps) against ``incumbent``;
         its first slot is entered by the next :meth:`switch`."""
         cfg = self.cfg
-        sb = Switchback(cfg.switch_s, cfg.switch_warmup_s, cfg.switch_slots)
+        sb = Switchback(switch_s(cfg, self.window_s), cfg.switch_warmup_s, cfg.switch_slots)
         self.running = Trial(arm=arm, started=now, sb=sb, setting=dict(setting), number=number,
                              previous=dict(incumbent), expected=expected, baseline=baseline)
         return self.running

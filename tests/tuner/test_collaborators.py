@@ -58,8 +58,12 @@ def test_the_tracker_reports_low_load() -> None:
     assert math.isnan(tr.load().rate) and not tr.load().low
     for _ in range(2):
         tr.slot(_features(rng, 2.0), 1)
+    load = tr.load()  # 2 req/s: a window of 94 s holds the 150 requests (superinfer.tuner.sparse)
+    assert not load.low and load.window_s == pytest.approx(1.25 * CFG.min_requests / load.rate)
+    for _ in range(4):
+        tr.slot(_features(rng, 0.01), 1)
     load = tr.load()
-    assert load.low and load.rate * CFG.window_s < CFG.min_requests
+    assert load.low and load.rate * CFG.max_window_s < CFG.min_requests and load.window_s == CFG.max_window_s
 
 
 def _chooser(arms: Arms, **cfg) -> Chooser:

@@ -73,13 +73,14 @@ def test_operator_write_freezes_auto_until_unfrozen() -> None:
 
 
 def test_low_load_freezes_and_thaws() -> None:
-    world = World(share_world(best=1.6), rate=0.5)
+    # 0.03 req/s: even the longest window (max_window_s, 900 s) holds fewer than 150 requests (sparse.py)
+    world = World(share_world(best=1.6), rate=0.03)
     ctl = make(world)
-    world.run(ctl, 0.0, 60.0)
-    assert ctl.freeze.reason(60.0) == "low_load" and ctl.state == "frozen" and not world.writes
+    world.run(ctl, 0.0, 300.0)
+    assert ctl.freeze.reason(300.0) == "low_load" and ctl.state == "frozen" and not world.writes
     world.rate = 20.0
-    world.run(ctl, 60.0, 120.0)
-    assert ctl.freeze.reason(120.0) is None
+    world.run(ctl, 300.0, 360.0)
+    assert ctl.freeze.reason(360.0) is None
 
 
 def test_too_many_rollbacks_freeze_it() -> None:
