@@ -106,6 +106,11 @@ KNOBS: tuple[Knob, ...] = (
          "lvf: after a plan that decided nothing, serve the running batch without planning for up to this "
          "many steps in all while no request arrives, leaves, parks or joins; 1: plan every step",
          "replan_steps"),
+    # superinfer.core.vlt: the return side on the slack gate's clock (issue 27; off until the real engine
+    # has measured it: bench/results/reasoning/README.md)
+    Knob("tbt_credit", 0, 1, 0, int, "",
+         "lvf: 1: a parked request's lag counts from its mean-TBT deadline (the TBT slack it banked by its "
+         "last token, credited up to its TTFT SLO); 0: from its last token (the paper's VLT)", "tbt_credit"),
 )
 
 #: the knobs by name, in table order

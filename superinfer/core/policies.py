@@ -18,7 +18,9 @@
 ``lvf``        RotaSched v2: ``lvf-paper`` whose rotation must pay for itself. A running request is a
                discretionary victim only with SLO slack >= ``slack_gate_s``, and only for a candidate
                whose VLT exceeds its own by more than ``rotation_margin_s``; waiting requests already
-               past their TTFT SLO rank after the others and never displace (``hopeless_last``).
+               past their TTFT SLO rank after the others and never displace (``hopeless_last``); a
+               parked request's lag counts from its mean-TBT deadline with ``tbt_credit`` (banked slack
+               credited up to S_F, :func:`~superinfer.core.vlt.compute_vlt`).
                Forced victims, budgets and the FCFS fallback are ``lvf-paper``'s.
 ``lvf-hbm``    (an engine variant) ``lvf`` on an engine with no host tier: every victim's KV is
                recomputed. Beside ``lvf`` it says what rotation itself adds.
@@ -176,15 +178,19 @@ class Policy:
             plan.fcfs_fallback = True
         else:
             if self.spec.uses_vlt:
-                ctx.vlt = compute_vlt(snap, tenants, params, now)
+                ctx.vlt = compute_vlt(snap, tenants, params, now, banked_tbt=self._credit(params))
             if self.spec.slo_guards and params.hopeless_last:
                 ctx.hopeless = hopeless_mask(snap, tenants, now)
             plan = build_plan(ctx, self.spec)
         if self.spec.uses_vlt:
-            vlt = ctx.vlt if ctx.vlt is not None else compute_vlt(snap, tenants, params, now)
+            vlt = ctx.vlt if ctx.vlt is not None else compute_vlt(snap, tenants, params, now,
+                                                                  banked_tbt=self._credit(params))
             _attach_ranking(plan, snap, vlt)
         return plan
 
+    def _credit(self, params: Params) -> bool:
+        """Whether a parked request's lag counts from its mean-TBT deadline: ``lvf`` with ``tbt_credit``."""
+        return self.spec.slo_guards and bool(params.tbt_credit)
 
     @property
     def gated(self) -> bool:

@@ -140,6 +140,9 @@ class Params:
     backfill: int = KNOB["backfill"].default
     # At most one plan in this many steps while plans decide nothing (superinfer.core.gate); 1: every step.
     replan_steps: int = KNOB["replan_steps"].default
+    # A parked request's lag counts from its mean-TBT deadline (banked TBT slack credited up to S_F), the
+    # clock the slack gate parks it by; 0: from its last token (superinfer.core.vlt).
+    tbt_credit: int = KNOB["tbt_credit"].default
     sarathi_token_budget: int = 512  # the stall-free budget of the `sarathi` baseline
 
     def __post_init__(self) -> None:

@@ -27,7 +27,7 @@ DEFAULT_KNOBS: tuple[str, ...] = ("alpha", "delta_b", "delta_f", "min_residency"
 DEFAULT_STEP_CAPS: dict[str, float] = {
     "alpha": 2.0, "delta_b": 0.05, "delta_f": 2.0, "min_residency": 4, "max_rotations": 16,
     "slack_gate_s": 2.0, "rotation_margin_s": 1.0, "hopeless_last": 1, "step_slo_share": 1.2, "backfill": 1,
-    "replan_steps": 4,
+    "replan_steps": 4, "tbt_credit": 1,
 }
 
 

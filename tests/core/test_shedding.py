@@ -69,7 +69,7 @@ def test_random_runs_shed_only_late_requests_without_a_first_token(name: str, se
     assert len(state) == 0 and c.arrived == c.finished + c.rejected + c.shed and c.shed_with_kv <= c.shed
 
 
-REASONING = RunSpec(policy="lvf", rps=4.0, seed=1, workload="reasoning", arrival="poisson", duration_s=90.0,
+REASONING = RunSpec(policy="lvf", rps=5.0, seed=1, workload="reasoning", arrival="poisson", duration_s=90.0,
                     model="qwen2.5-32b", hardware="gh200", block_size=16, max_num_seqs=256,
                     max_num_batched_tokens=8192, b_xfer=None, params=Params(),
                     tenants=TenantTable([Tenant("default", 10.0, 0.1, max_queue_s=40.0)]), drain_s=3000.0)
@@ -78,7 +78,7 @@ REASONING = RunSpec(policy="lvf", rps=4.0, seed=1, workload="reasoning", arrival
 @pytest.mark.parametrize("policy", ["vllm", "sarathi", "lvf"])
 def test_the_twin_bounds_every_wait_and_counts_the_shed_as_misses(policy: str) -> None:
     r = run_one(replace(REASONING, policy=policy))
-    assert r["shed"] > 0, "4 req/s of reasoning traffic is past every policy's knee"
+    assert r["shed"] > 0, "5 req/s of reasoning traffic is past every policy's knee"
     assert r["served_ttft_p99_s"] <= 40.0 + 10.0  # deadline + TTFT SLO (the bound)
     assert r["ttft_p99_s"] <= 40.0 + 10.0  # shed requests are censored at their deadline, not left waiting
     assert r["arrived"] == r["finished"] + r["rejected"] + r["shed"]  # the drain finished the rest

@@ -37,6 +37,7 @@ SEARCH_RANGES: dict[str, tuple[float, float]] = {
     "alpha": (0.0, 10.0), "delta_b": (-0.2, 0.2), "delta_f": (-5.0, 5.0), "min_residency": (0, 16),
     "max_rotations": (1, 256), "slack_gate_s": (-5.0, 10.0), "rotation_margin_s": (0.0, 10.0),
     "hopeless_last": (0, 1), "step_slo_share": (0.3, 3.0), "backfill": (0, 1), "replan_steps": (1, 16),
+    "tbt_credit": (0, 1),
 }
 
 
