@@ -125,7 +125,9 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
     ``out["probe_s"]`` holds what it returned (the host's speed at the time, ``bench fidelity``).
     ``step_logs``, if given, receives the replay's per-step record (:class:`~superinfer.vllm.steplog.StepLog`)
     under ``(policy, seed)``."""
-    from superinfer.bench.engine.replay import ROTA_POLICIES, EngineSpec, open_engine, replay, scheduler_of, to_trace
+    from superinfer.bench.engine.replay import (ENGINE_POLICIES, ROTA_POLICIES, EngineSpec, open_engine, replay,
+                                                scheduler_of, to_trace)
+    from superinfer.bench.engine.variants import split_variant
     from superinfer.core import Tenant, TenantTable
     from superinfer.sim.metrics import run_metrics
     from superinfer.vllm import kvworker
@@ -135,13 +137,15 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
     ttft_slo, tbt_slo = slo
     params = {"ttft_slo": ttft_slo, "tbt_slo": tbt_slo, "b_xfer": o["b_xfer"],  # unset knobs: the file's default
               **{k: o[k] for k in PARAM_BOUNDS if o.get(k) is not None}}
-    spec = EngineSpec(model=o["model"], policy=policy, num_blocks=o["num_blocks"], block_size=o["block_size"],
+    engine_policy, overrides = split_variant(policy, ENGINE_POLICIES)  # a label: POLICY[@KNOB=VALUE+...]
+    params.update(overrides)
+    spec = EngineSpec(model=o["model"], policy=engine_policy, num_blocks=o["num_blocks"], block_size=o["block_size"],
                       max_model_len=o["max_model_len"], max_num_seqs=o["max_num_seqs"],
                       max_num_batched_tokens=o["max_num_batched_tokens"], params=params,
                       host_blocks=o["host_blocks"], load=o.get("load"), calibration=o.get("calibration"))
     closed = len(kvworker.CLOSED)
     with open_engine(spec, workdir) as llm:
-        stock = instrument_stock(scheduler_of(llm)) if policy not in ROTA_POLICIES else None
+        stock = instrument_stock(scheduler_of(llm)) if engine_policy not in ROTA_POLICIES else None
         probed = [probe(llm)] if probe is not None else []
         if step_logs is not None:  # after the probe: the replay's steps only
             from superinfer.vllm.steplog import StepLog, attach_stock
@@ -244,7 +248,8 @@ _ENGINE_OPTIONS = [
     click.option("--rps", default=4.0, show_default=True, type=click.FloatRange(min=0, min_open=True)),
     click.option("--duration", default=30.0, show_default=True, type=click.FloatRange(min=1.0), help="Seconds of arrivals."),
     click.option("--drain", default=60.0, show_default=True, type=click.FloatRange(min=0)),
-    click.option("--policies", default="vllm,vllm-priority,lvf-paper,lvf,lvf-hbm", show_default=True),
+    click.option("--policies", default="vllm,vllm-priority,lvf-paper,lvf,lvf-hbm", show_default=True,
+                 help="Engine policies; POLICY@KNOB=VALUE[+KNOB=VALUE] is a variant with those knobs for its runs."),
     click.option("--seeds", default=2, show_default=True, type=click.IntRange(1, 100)),
     click.option("--ttft-slo", default=None, type=click.FloatRange(min=0, min_open=True), help="Seconds (else --slo-scale)."),
     click.option("--tbt-slo", default=None, type=click.FloatRange(min=0, min_open=True), help="Seconds (else --slo-scale)."),
@@ -274,15 +279,20 @@ def prepare(o: dict[str, Any], workdir: Path) -> tuple[list[str], tuple[float, f
     ``--slo-scale`` x the unloaded TTFT / TBT of a median request measured on the stock engine): returns
     (policies, (ttft_slo, tbt_slo), the unloaded measurements or None)."""
     from superinfer.bench.engine.replay import ENGINE_POLICIES
+    from superinfer.bench.engine.variants import VariantError, split_variant
     from superinfer.vllm.compat import check_vllm_version
 
     if (o["model_dir"] is None) == (o["build_tiny"] is None):
         raise click.UsageError("give exactly one of --model DIR or --build-tiny DIR")
     _workload(o)  # a bad --start-s fails here, before any engine starts
     policies = [p.strip() for p in str(o["policies"]).split(",") if p.strip()]
-    bad = [p for p in policies if p not in ENGINE_POLICIES]
-    if bad or not policies:
-        raise click.BadParameter(f"unknown policy {bad}; valid: {', '.join(ENGINE_POLICIES)}", param_hint="--policies")
+    if not policies or len(set(policies)) < len(policies):
+        raise click.BadParameter(f"expected distinct policies, got {o['policies']!r}", param_hint="--policies")
+    for p in policies:
+        try:
+            split_variant(p, ENGINE_POLICIES)
+        except VariantError as exc:
+            raise click.BadParameter(str(exc), param_hint="--policies") from None
     try:
         check_vllm_version()
     except ImportError as exc:
