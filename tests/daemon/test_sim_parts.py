@@ -291,7 +291,8 @@ def test_ranking_lists_the_largest_vlt_first():
     m, slo = _metrics(), SloWindow(NAMES, 1e6)
     assert ranking(None, NAMES, 10) == []
     _run(twin, None, m, slo, max_steps=400)
-    last = twin.last
+    last = twin.ranked  # the last plan that ranked: a step the plan gate held keeps it
+    assert last is not None and (twin.last.plan.vlt_ids.shape[0] == 0 or last is twin.last)
     top = ranking(last, NAMES, 10)
     assert len(top) == min(10, last.plan.vlt_ids.shape[0]) and len(top) > 1
     vlts = [r["vlt_s"] for r in top]

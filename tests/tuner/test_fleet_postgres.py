@@ -129,7 +129,8 @@ def test_three_daemons_share_the_study_and_a_dead_database_stops_nothing(postgre
         from superinfer.tuner.offline.study import open_storage
 
         names = [s.study_name for s in optuna.get_all_study_summaries(open_storage(postgres))]
-        study = next(n for n in names if n.startswith("superinfer-fleet/") and n.endswith("/unnamed"))
+        study = next(n for n in names if n.startswith("superinfer-fleet/") and n.endswith("/unnamed")
+                     and n != "superinfer-fleet/world/unnamed")  # not the virtual-time test's study
         rows = optuna.load_study(study_name=study, storage=open_storage(postgres)).trials
         assert {t.user_attrs["host"] for t in rows} == hosts  # one study, every host's live trials
         assert all(t.user_attrs["verdict"] in ("accept", "reject", "rollback") for t in rows)

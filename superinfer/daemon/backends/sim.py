@@ -324,7 +324,7 @@ class SimBackend(Backend):
                        "dram": {"used": led.dram.used, "total": led.dram.num_blocks}},
                 "transfer": rec.transfer(),
                 "counters": {k: int(v) for k, v in vars(st.counters).items()},
-                "ranking": ranking(self.twin.last, self.names, 10),
+                "ranking": ranking(self.twin.ranked, self.names, 10),
                 "rotation_events": list(rec.events)[-20:],
                 "planner": rec.planner(self.twin.last),
                 "sim": {"simulation": True, "hardware": self.hardware.name, "model_profile": self.model.name,

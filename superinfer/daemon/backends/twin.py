@@ -34,6 +34,9 @@ class LiveTwin:
                          source="daemon:live")
         self.sim = Simulator(empty, cm, cfg)
         self.last: StepResult | None = None
+        #: the last step whose plan ranked by VLT: a step the plan gate held carries no ranking (the last
+        #: plan's stands, superinfer.core.gate), so the dashboard shows this one; None once nothing is live
+        self.ranked: StepResult | None = None
         self._ids = itertools.count()
 
     # ---- what the daemon reads and sets --------------------------------------------------------
@@ -76,6 +79,10 @@ class LiveTwin:
     def step(self, now: float) -> StepResult:
         """One iteration from ``now`` (there must be live requests)."""
         self.last = self.sim.step(now)
+        if self.last.plan.vlt_ids.shape[0]:
+            self.ranked = self.last
+        elif len(self.sim.state) == 0:
+            self.ranked = None
         return self.last
 
     def abort_all(self) -> int:
