@@ -8,17 +8,17 @@ rotary     ``alpha * ((t - t_last) - S_B - delta_b)``
 running    ``-(t - t_run)``
 =========  ==========================================
 
-then ``w * VLT`` where VLT > 0 and ``VLT / w`` otherwise (monotone and sign-preserving).
-
-``banked_tbt`` (RotaSched v2, ``lvf`` with ``tbt_credit`` 1): a rotary request's lag counts from the deadline its *mean*-TBT
-budget sets, not from its last token: ``t_last`` moves later by the slack it banked by then,
-``S_B·(k−1) − (t_last − t_first)`` after k tokens (what ``tbt_attainment`` scores and what the slack gate
-measures), credited up to its tenant's TTFT SLO ``S_F`` (a stream never waits for its next token longer on
-that credit than a new request may wait for its first). Without it a parked request outranks every waiting
-one S_B after it parked, however far ahead of its SLO it is, and fresh arrivals wait behind the whole
-parked set. Positive VLT
+then ``w * VLT`` where VLT > 0 and ``VLT / w`` otherwise (monotone and sign-preserving). Positive VLT
 means behind the SLO. Largest-VLT-First ranks by :func:`~superinfer.core.types.rank_order` (ties to the
 earlier arrival, then the smaller id).
+
+``banked_tbt`` (RotaSched v2, ``lvf`` with ``tbt_credit`` 1): a rotary request's lag counts from the
+deadline its *mean*-TBT budget sets, not from its last token: ``t_last`` moves later by the slack it banked
+by then, ``S_B·(k−1) − (t_last − t_first)`` after k tokens (what ``tbt_attainment`` scores and what the slack
+gate measures), credited up to its tenant's TTFT SLO ``S_F`` (a stream never waits for its next token longer
+on that credit than a new request may wait for its first). Without it a parked request outranks every
+waiting one S_B after it parked, however far ahead of its SLO it is, and fresh arrivals wait behind the
+whole parked set.
 """
 
 from __future__ import annotations
