@@ -62,11 +62,16 @@ def phase_key(phase: str | None) -> str:
 
 
 def open_storage(spec: str, timeout_s: float = 5.0) -> Any:
-    """The storage of ``spec`` whose connects and statements give up after ``timeout_s``: the offline
-    study's opener, imported here (in the link's thread) so that loading this module stays light."""
-    from superinfer.tuner.offline.study import open_storage as open_study_storage
+    """An Optuna storage for ``spec`` whose connects and statements give up after ``timeout_s``."""
+    import optuna
 
-    return open_study_storage(spec, timeout_s)
+    if spec.startswith("journal:"):
+        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(spec[len("journal:"):]))
+    if spec.startswith(("postgresql://", "postgres://")):
+        url = "postgresql+psycopg://" + spec.split("://", 1)[1]
+        args = {"connect_timeout": max(1, int(timeout_s)), "options": f"-c statement_timeout={int(timeout_s * 1000)}"}
+        return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True, "connect_args": args})
+    return optuna.storages.RDBStorage(spec, engine_kwargs={"connect_args": {"timeout": timeout_s}})
 
 
 @dataclass(frozen=True)

@@ -69,9 +69,7 @@ def storage_url(spec: str | None) -> str | None:
     raise ValueError(f"storage {spec!r}: expected sqlite:///PATH, postgresql://..., journal:PATH or a file path")
 
 
-def open_storage(spec: str | None, timeout_s: float | None = None) -> Any:
-    """The Optuna storage of ``spec`` (None: in memory). ``timeout_s``: a database's connects and statements
-    give up after that long (the fleet's link, which must never hang the tuner); None: the driver's own."""
+def open_storage(spec: str | None) -> Any:
     import optuna
 
     url = storage_url(spec)
@@ -80,13 +78,7 @@ def open_storage(spec: str | None, timeout_s: float | None = None) -> Any:
     if url.startswith("journal:") or "://" not in url:
         path = url[len("journal:"):] if url.startswith("journal:") else url
         return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(path))
-    engine: dict[str, Any] = {"pool_pre_ping": True}
-    if timeout_s is not None and url.startswith("postgresql"):
-        engine["connect_args"] = {"connect_timeout": max(1, int(timeout_s)),
-                                  "options": f"-c statement_timeout={int(timeout_s * 1000)}"}
-    elif timeout_s is not None and url.startswith("sqlite"):
-        engine["connect_args"] = {"timeout": timeout_s}
-    return optuna.storages.RDBStorage(url, engine_kwargs=engine)
+    return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
 
 
 def _suggest(trial: Any, knobs: tuple[str, ...]) -> dict[str, float]:
