@@ -10,7 +10,6 @@ traffic (``[sim]``: workload, arrival, rps); flags override the traffic, model a
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import click
@@ -49,7 +48,8 @@ def tune(profile, profile_file, sets, scenario, workload, start_s, arrival, rps,
     from superinfer.daemon.cli import _config
     from superinfer.tuner.arms import save_arms
     from superinfer.tuner.offline.evaluate import TwinEnv
-    from superinfer.tuner.offline.scenario import SCENARIOS, Phase, Scenario, Segment
+    from superinfer.daemon.profile_twin import traffic_of
+    from superinfer.tuner.offline.scenario import SCENARIOS
     from superinfer.tuner.offline.study import StudySpec, run_study, storage_url
 
     cfg = _config(profile, profile_file, {}, sets)
@@ -65,15 +65,11 @@ def tune(profile, profile_file, sets, scenario, workload, start_s, arrival, rps,
         scn = SCENARIOS[scenario]
         scn = replace(scn, model=model or scn.model, hardware=hardware or scn.hardware)
     else:
-        wl = with_start(workload or g("sim", "workload"), start_s)
-        rate = rps or g("sim", "rps")
-        if not rate:
-            raise click.BadParameter("the profile's [sim] rps is 0: give --rps", param_hint="--rps")
-        mix = tuple((t, s) for t, s in cfg.tenant_shares.items() if s > 0)
-        name = os.path.basename(wl)
-        seg = Segment(wl, float(rate), float(duration), arrival or g("sim", "arrival"), mix)
-        scn = Scenario(name, (Phase(name, (seg,)),), tuple(cfg.tenants), model or g("engine", "model"),
-                       hardware or g("engine", "hardware"))
+        try:
+            scn = traffic_of(cfg, with_start(workload or g("sim", "workload"), start_s), arrival, rps, duration,
+                             model, hardware)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--rps") from None
     b = g("scheduler", "b_xfer")
     env = TwinEnv(model=scn.model, hardware=scn.hardware, block_size=g("engine", "block_size"),
                   max_num_seqs=g("engine", "max_num_seqs"), max_num_batched_tokens=g("engine", "max_num_batched_tokens"),

@@ -36,9 +36,18 @@ def _pp(x: float) -> str:
 @click.option("--jobs", default=2, show_default=True, type=click.IntRange(1, 64), help="Worker processes.")
 @click.option("--json", "json_path", default=None, help="Write the result here ('-' for stdout).")
 @click.option("--plot-dir", default=None, type=click.Path(file_okay=False), help="Write the figures here.")
+@click.option("--profile", default=None, help="Instead of a scenario: the profile's own traffic on its own twin, "
+              "its tuner (auto, cold, no study) against its static knobs: may it ship deciding?")
+@click.option("--profile-file", type=click.Path(dir_okay=False), default=None, help="As --profile, from this file.")
+@click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE", help="With --profile: override a key.")
+@click.option("--duration", default=3600.0, show_default=True, type=click.FloatRange(60.0, 86400.0),
+              help="With --profile: seconds of the profile's traffic per run.")
 def bench_tuner(scenario, workload, arrival, rps, model, hardware, seeds, static_trials, study_seeds, eval_s, control,
-                jobs, json_path, plot_dir) -> None:
+                jobs, json_path, plot_dir, profile, profile_file, sets, duration) -> None:
     """Does the online tuner beat the best static setting on shifting traffic? (twin, virtual time)"""
+    if profile or profile_file:
+        _profile(profile, profile_file, sets, seeds, duration, jobs, json_path)
+        return
     from superinfer.bench.tuner.main import BenchSpec, run_bench
     from superinfer.tuner.offline.evaluate import TwinEnv
     from superinfer.tuner.offline.scenario import trace_scenario
@@ -87,6 +96,39 @@ def _trace(workload, arrival, rps, trace_scenario):
     except (ValueError, OSError) as exc:
         click.echo(f"error: --workload {workload}: {exc}", err=True)
         sys.exit(2)
+
+
+def _profile(profile, profile_file, sets, seeds, duration, jobs, json_path) -> None:
+    """``--profile``: superinfer.bench.tuner.profile; exit 2 on a bad profile."""
+    from superinfer.bench.tuner.profile import run_profile_bench
+    from superinfer.daemon.profiles import ProfileError
+
+    quiet = json_path == "-"
+    try:
+        res = run_profile_bench(profile, profile_file, tuple(sets), seeds, duration, jobs,
+                                progress=None if quiet else (lambda m: click.echo(m, err=True)))
+    except (ProfileError, ValueError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    res["command"] = "superinferd bench tuner " + " ".join(sys.argv[3:])
+    text = json.dumps(res, indent=1, default=float)
+    if quiet:
+        click.echo(text)
+        return
+    if json_path:
+        with open(json_path, "w") as fh:
+            fh.write(text + "\n")
+    s, d = res["settings"], res["tuner_minus_static"]
+    click.echo(f"profile {s['profile']}: {s['workload']} at {s['rps']:g} req/s, {s['model']} on {s['hardware']}, "
+               f"{s['seeds']} seeds x {s['duration_s']:g} s")
+    for k in ("slo_attainment", "ttft_attainment", "tbt_attainment"):
+        ci = d[k]["ci95_pp"] or [float("nan")] * 2
+        click.echo(f"  {k:<16} static {_pp(res['mean']['static'][k])}  tuner {_pp(res['mean']['tuner'][k])}  "
+                   f"tuner - static {d[k]['mean_pp']:+.2f} pp [{ci[0]:+.2f}, {ci[1]:+.2f}]")
+    t = res["tuner"]
+    click.echo(f"  tuner: {t['trials']} trials, {t['accepted']} accepted, {t['jumps']} jumps, "
+               f"{t['rollbacks_per_hour']:.2f} rollbacks/h, first decision at {t['first_decision_s_median']} s (median)")
+    click.echo(f"verdict: {res['verdict']} (rule {json.dumps(res['rule'])}; shipped: {s['shipped_mode']})")
 
 
 def _table(res: dict) -> None:

@@ -36,8 +36,7 @@ from superinfer.daemon.backends.replay import Replay
 from superinfer.daemon.backends.sim_http import SimRequest, dispatch, register_openai_routes, waiter_events
 from superinfer.daemon.backends.twin import MAX_LIVE, LiveTwin
 from superinfer.daemon.httputil import retry_after_s
-from superinfer.sim.build import build_cost_model
-from superinfer.sim.engine import SimConfig, reference_iteration_s
+from superinfer.daemon.profile_twin import twin_of
 from superinfer.sim.hardware import get_hardware
 from superinfer.sim.models import get_model
 
@@ -48,7 +47,6 @@ if TYPE_CHECKING:
     from superinfer.sim.engine import StepResult
 
 log = logging.getLogger("superinfer.daemon")
-GIB = 1 << 30
 IDLE_WAIT_S = 0.25  # the longest the engine sleeps with nothing live (a submit or a stop wakes it)
 RATE_SAMPLE_S = 1.0  # virtual seconds between transfer-rate samples
 ABORTED = "aborted: the daemon is shutting down and the drain deadline passed"
@@ -77,18 +75,8 @@ class SimBackend(Backend):
         g = cfg.get
         self.model = get_model(g("engine", "model"))
         self.hardware = get_hardware(g("engine", "hardware"))
-        self.cm = build_cost_model(self.model, self.hardware, g("engine", "block_size"))
+        self.cm, self.simcfg = twin_of(cfg)
         self.policy = g("scheduler", "policy")
-        b = g("scheduler", "b_xfer")
-        self._cost_b_xfer = self.cm.default_b_xfer(reference_iteration_s(self.cm, g("engine", "max_num_seqs")),
-                                                   g("scheduler", "eta"))
-        self.simcfg = SimConfig(policy=self.policy, max_num_seqs=g("engine", "max_num_seqs"),
-                                max_num_batched_tokens=g("engine", "max_num_batched_tokens"),
-                                b_xfer=self._cost_b_xfer if b == "auto" else b, params=cfg.params(),
-                                tenants=cfg.tenant_table(),
-                                dram_blocks=self.cm.dram_blocks(min(g("engine", "dram_gib") * GIB,
-                                                                    self.hardware.dram_bytes)),
-                                seed=g("sim", "seed"))
         self.twin = LiveTwin(self.cm, self.simcfg)
         self.max_queue_s = self.simcfg.tenants.max_queue_s  # first-token deadlines, per tenant (inf: none)
         self._deadlines = bool(np.isfinite(self.max_queue_s).any())
