@@ -27,6 +27,8 @@ run: $(STAMP)
 	@echo "             (API token for PUT /v1/params: .superinfer-state/api-token)"
 	@echo "dashboard:   in a second terminal: $(VENV)/bin/superinferd top --state-dir .superinfer-state"
 	@echo "             (a busier twin: $(VENV)/bin/superinferd start --profile demo --state-dir .superinfer-state)"
+	@echo "tuner:       auto (profiles/chat.toml says why): a baseline window, then switchback trials from about 5 min;"
+	@echo "             the dashboard's tuner panel, curl -s localhost:8780/v1/tuner, .superinfer-state/tuner-decisions.jsonl"
 	$(VENV)/bin/superinferd start --profile chat --state-dir .superinfer-state
 
 # The real engine on this host's CPU (no GPU, no download): vLLM serves a tiny random Llama (built at first

@@ -129,8 +129,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "eta": Key("float", 0.8, "share of an iteration copies may use", 0, 1, lo_open=True),
     },
     "tuner": {
-        "mode": Key("choice", "off", "online tuner: off; shadow (decides and logs, writes nothing); advise (also "
-                    "publishes its candidate); auto (runs trials, writes params as source 'tuner')",
+        "mode": Key("choice", "shadow", "online tuner: off; shadow (decides and logs, writes nothing: the default of a "
+                    "profile that does not say); advise (also publishes its candidate); auto (runs trials, writes params "
+                    "as source 'tuner'; the shipped profiles measured safe say so)",
                     choices=("off", "shadow", "advise", "auto")),
         "window_s": Key("float", 120.0, "measurement window (s of arrivals)", 0, 86400, lo_open=True),
         "warmup_s": Key("float", 20.0, "after each change, arrivals this long are not counted (s)", 0, 3600),

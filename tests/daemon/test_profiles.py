@@ -210,3 +210,21 @@ def test_tuner_storage_password_is_never_shown(tmp_path: Path) -> None:
     assert cfg.as_dict()["tuner"]["storage"]["value"] == "postgresql://fleet:***@db.example/superinfer"
     r = run_cli("config", "show", "--profile-file", str(good), env=base_env(tmp_path))
     assert r.returncode == 0 and "fleet:***@db.example" in r.stdout and "s3cret" not in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("path", BUNDLED, ids=lambda p: p.stem)
+def test_every_bundled_profile_ships_the_tuner_deciding_as_its_measurement_says(path: Path) -> None:
+    """Issue 30 item 6: ``auto`` only where ``bench tuner --profile`` (its own traffic and twin, the tuner cold
+    against the static knobs, 5 seeds x 1 h) gave the verdict ``auto``; ``shadow`` otherwise, and for a profile
+    with no twin measurement (the real engine's ``cpu-demo``). Never ``off``: a profile that does not state its
+    mode gets the default, ``shadow``."""
+    mode = resolve(path.stem, env={}).get("tuner", "mode")
+    assert mode in ("auto", "shadow")
+    measured = Path(__file__).resolve().parents[2] / "bench" / "results" / "tuner_profiles" / f"{path.stem}.json"
+    if measured.exists():
+        res = json.loads(measured.read_text())
+        assert res["settings"]["profile"] == path.stem and res["settings"]["seeds"] >= 5
+        assert mode == res["verdict"], f"{path.stem} ships {mode!r}; its measurement says {res['verdict']!r}"
+    else:
+        assert mode == "shadow", f"{path.stem} ships {mode!r} with no measurement in {measured}"
+    assert "tuner" in path.read_text(), f"{path.stem}: say in the profile why its tuner runs as it does"
