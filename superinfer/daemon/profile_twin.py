@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING
 
 from superinfer.sim.build import build_cost_model
 from superinfer.sim.engine import SimConfig, reference_iteration_s
-from superinfer.sim.hardware import get_hardware
-from superinfer.sim.models import get_model
 from superinfer.tuner.offline.scenario import Phase, Scenario, Segment
 
 if TYPE_CHECKING:
@@ -28,15 +26,14 @@ def twin_of(cfg: Config) -> tuple[CostModel, SimConfig]:
     model allows in the reference iteration, the host tier is ``[engine] dram_gib`` (at most the hardware's
     DRAM), the knobs are ``[scheduler]``'s and the seed is ``[sim] seed``."""
     g = cfg.get
-    hardware = get_hardware(g("engine", "hardware"))
-    cm = build_cost_model(get_model(g("engine", "model")), hardware, g("engine", "block_size"))
+    cm = build_cost_model(g("engine", "model"), g("engine", "hardware"), g("engine", "block_size"))
     b = g("scheduler", "b_xfer")
     if b == "auto":
         b = cm.default_b_xfer(reference_iteration_s(cm, g("engine", "max_num_seqs")), g("scheduler", "eta"))
     simcfg = SimConfig(policy=g("scheduler", "policy"), max_num_seqs=g("engine", "max_num_seqs"),
                        max_num_batched_tokens=g("engine", "max_num_batched_tokens"), b_xfer=b, params=cfg.params(),
                        tenants=cfg.tenant_table(),
-                       dram_blocks=cm.dram_blocks(min(g("engine", "dram_gib") * GIB, hardware.dram_bytes)),
+                       dram_blocks=cm.dram_blocks(min(g("engine", "dram_gib") * GIB, cm.hardware.dram_bytes)),
                        seed=g("sim", "seed"))
     return cm, simcfg
 

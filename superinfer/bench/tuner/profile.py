@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Callable
 
 from superinfer.bench.engine.paired import paired_difference
@@ -55,7 +56,8 @@ def run_profile_task(task: ProfileTask) -> dict[str, Any]:
     """One strategy on one seed of the profile's traffic (module docstring)."""
     from superinfer.daemon.profile_twin import traffic_of, twin_of
     from superinfer.daemon.tuning import tuner_config
-    from superinfer.tuner import Controller, load_arms
+    from superinfer.bench.tuner.runs import make_controller
+    from superinfer.tuner import load_arms
     from superinfer.tuner.arms import empty_arms
 
     t0 = time.perf_counter()
@@ -68,15 +70,13 @@ def run_profile_task(task: ProfileTask) -> dict[str, Any]:
     decisions: list[dict] = []
     factory = None
     if task.strategy == "tuner":
-        tcfg = replace(tuner_config(cfg), mode="auto", seed=tuner_config(cfg).seed + task.seed)
+        tcfg = tuner_config(cfg)
+        tcfg = replace(tcfg, mode="auto", seed=tcfg.seed + task.seed)
         path = cfg.get("tuner", "arms_file")
         arms = load_arms(path) if path else empty_arms()
         tenants = {t.name: (t.ttft_slo, t.weight) for t in table.tenants}
         start = {k: float(getattr(simcfg.params, k)) for k in tcfg.knobs}
-
-        def factory(writer):
-            return Controller(tcfg, tenants, start, writer=writer, arms=arms, now=0.0,
-                              on_decision=lambda d: decisions.append(d.as_dict()))
+        factory = partial(make_controller, tcfg, tenants, start, arms, decisions)
     elif task.strategy != "static":
         raise ValueError(f"unknown strategy {task.strategy!r}; valid: static, tuner")
     res = replay(w, cm, simcfg, controller_factory=factory)

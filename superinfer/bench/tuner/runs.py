@@ -77,7 +77,7 @@ def run_task(task: RunTask) -> dict[str, Any]:
         # tuner seed for every data seed, all runs tried the same local steps in the same order
         tcfg = replace(task.tuner, seed=task.tuner.seed + task.seed)
 
-        factory = partial(_controller, tcfg, tenants, start, arms, decisions)
+        factory = partial(make_controller, tcfg, tenants, start, arms, decisions)
     elif task.strategy != "paper":
         raise ValueError(f"unknown strategy {task.strategy!r}; valid: {', '.join(STRATEGIES)}")
     res = replay(w, env.cost_model(), cfg, schedule=schedule, controller_factory=factory)
@@ -103,7 +103,7 @@ def run_task(task: RunTask) -> dict[str, Any]:
     return out
 
 
-def _controller(cfg: TunerConfig, tenants: dict, start: dict, arms: Arms, decisions: list[dict],
+def make_controller(cfg: TunerConfig, tenants: dict, start: dict, arms: Arms, decisions: list[dict],
                 writer: Callable) -> Controller:
     """The tuner of one run, its decisions appended to ``decisions``."""
     return Controller(cfg, tenants, start, writer=writer, arms=arms, now=0.0,

@@ -37,8 +37,6 @@ from superinfer.daemon.backends.sim_http import SimRequest, dispatch, register_o
 from superinfer.daemon.backends.twin import MAX_LIVE, LiveTwin
 from superinfer.daemon.httputil import retry_after_s
 from superinfer.daemon.profile_twin import twin_of
-from superinfer.sim.hardware import get_hardware
-from superinfer.sim.models import get_model
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -73,9 +71,8 @@ class SimBackend(Backend):
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         g = cfg.get
-        self.model = get_model(g("engine", "model"))
-        self.hardware = get_hardware(g("engine", "hardware"))
         self.cm, self.simcfg = twin_of(cfg)
+        self.model, self.hardware = self.cm.model, self.cm.hardware
         self.policy = g("scheduler", "policy")
         self.twin = LiveTwin(self.cm, self.simcfg)
         self.max_queue_s = self.simcfg.tenants.max_queue_s  # first-token deadlines, per tenant (inf: none)
