@@ -37,10 +37,13 @@ from superinfer.sim.options import start_s_option, with_start
 @click.option("--jobs", default=1, show_default=True, type=click.IntRange(1, 256), help="Worker processes on one study.")
 @click.option("--storage", default=None, help="sqlite:///PATH, postgresql://..., journal:PATH (default: in memory; "
               "a temporary journal with --jobs > 1).")
+@click.option("--converge-window", default=0, show_default=True, type=click.IntRange(0, 10000),
+              help="> 0: --trials becomes a ceiling and the study stops once its best moved < 0.5 pp over this "
+              "many trials (30: the bar `bench tuner` holds its static_best to).")
 @click.option("--study", "study_name", default="superinfer-tune", show_default=True, help="Study name in the storage.")
 @click.option("--json", "json_path", required=True, help="Write the arms file here ('-' for stdout).")
 def tune(profile, profile_file, sets, scenario, workload, start_s, arrival, rps, duration, model, hardware, trials, seeds,
-         jobs, storage, study_name, json_path) -> None:
+         jobs, storage, converge_window, study_name, json_path) -> None:
     """Search the knobs offline on the twin; write the robust setting and per-phase arms."""
     from dataclasses import replace
 
@@ -79,14 +82,18 @@ def tune(profile, profile_file, sets, scenario, workload, start_s, arrival, rps,
     params = cfg.params()
     start = {k: float(getattr(params, k)) for k in knobs}
     spec = StudySpec(env, scn, knobs, start, trials, tuple(range(seeds)), duration, storage=storage,
-                     study_name=study_name)
+                     study_name=study_name, converge_window=converge_window)
     say = (lambda m: click.echo(m, err=True)) if json_path != "-" else (lambda m: None)
     try:
         arms, report = run_study(spec, jobs=jobs, progress=say)
     except Exception as exc:  # noqa: BLE001 - reported, exit 1
         click.echo(f"superinferd tune: {type(exc).__name__}: {exc}", err=True)
         sys.exit(EXIT_FAIL)
+    conv = report["convergence"]
+    say(f"{conv['trials']} trials; best feasible {conv['best_feasible']}, moved {conv['moved_last_window']} over the "
+        f"last {conv['window']}" + ("; converged" if conv["converged"] else ""))
     arms = replace(arms, source={**arms.source, "profile": cfg.profile, "storage": storage or "memory",
+                                 "converged": conv["converged"],
                                  "command": "superinferd tune " + " ".join(sys.argv[2:])})
     if json_path == "-":
         click.echo(json.dumps(arms.as_dict(), indent=1, sort_keys=True))

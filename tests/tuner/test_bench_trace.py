@@ -69,6 +69,7 @@ def test_bench_tuner_on_a_trace_runs_without_an_oracle(tmp_path: Path) -> None:
     (["--arrival", "poisson"], "needs --arrival trace"),
     (["--arrival", "trace", "--rps", "fast"], "--rps: expected 'trace' or a number"),
     (["--arrival", "trace", "--rps", "-2"], "--rps: expected 'trace' or a number"),
+    (["--arrival", "trace", "--study-storage", "ftp://host/x"], "--study-storage: storage 'ftp://host/x'"),
 ])
 def test_bench_tuner_refuses_what_it_cannot_replay(tmp_path: Path, args: list[str], message: str) -> None:
     path = write_trace(tmp_path / "t.jsonl", seconds=10.0)

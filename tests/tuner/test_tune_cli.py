@@ -55,3 +55,14 @@ def test_tune_refuses_bad_storage_and_profile(tmp_path: Path) -> None:
     assert r.returncode == 2 and "--storage" in r.stderr
     r = tune("--profile", "nope", "--json", str(tmp_path / "a.json"))
     assert r.returncode == 2 and "no profile 'nope'" in r.stderr
+
+
+def test_tune_until_converged_stops_by_itself_under_the_ceiling(tmp_path: Path) -> None:
+    out = tmp_path / "arms.json"
+    r = tune("--profile", "chat", "--rps", "6", "--duration", "10", "--trials", "60", "--converge-window", "3",
+             "--json", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    src = load_arms(out).source
+    # no convergence before the sampler's 8 random trials and a window after them; well under the ceiling
+    assert src["converged"] and 11 <= src["trials"] < 60, src
+    assert "; converged" in r.stderr

@@ -26,12 +26,19 @@ def _pp(x: float) -> str:
 @click.option("--model", default=None, help="Model profile (default: the scenario's, qwen2.5-32b).")
 @click.option("--hardware", default=None, help="Hardware profile (default: the scenario's, gh200).")
 @click.option("--seeds", default=5, show_default=True, type=click.IntRange(1, 100))
-@click.option("--static-trials", default=12, show_default=True, type=click.IntRange(2, 10000),
-              help="Trials of each offline study (static_best/oracle, and the tuner's warm start).")
+@click.option("--static-trials", default=300, show_default=True, type=click.IntRange(2, 10000),
+              help="Most trials of the baselines' study (static_best, oracle: with hindsight, until converged).")
+@click.option("--warm-trials", default=12, show_default=True, type=click.IntRange(2, 10000),
+              help="Trials of the tuner's warm-start study (on another trace).")
+@click.option("--converge-window", default=30, show_default=True, type=click.IntRange(1, 10000),
+              help="The baselines' study stops once its best moved less than --converge-pp over this many trials.")
+@click.option("--converge-pp", default=0.5, show_default=True, type=click.FloatRange(0.0, 100.0))
+@click.option("--study-storage", default=None, help="Keep both studies here (a journal file, sqlite:///, "
+              "postgresql://) and resume them on a re-run with the same settings.")
 @click.option("--study-seeds", default=2, show_default=True, type=click.IntRange(1, 100),
-              help="Seeds each study trial is evaluated on (more: less luck in the arms, proportionally slower).")
+              help="Seeds each warm-start trial is evaluated on (more: less luck in the arms, proportionally slower).")
 @click.option("--eval-s", default=240.0, show_default=True, type=click.FloatRange(10.0, 86400.0),
-              help="Seconds of each phase a study trial simulates.")
+              help="Seconds of each phase a warm-start trial simulates.")
 @click.option("--control/--no-control", default=True, show_default=True, help="Also run the stationary control.")
 @click.option("--jobs", default=2, show_default=True, type=click.IntRange(1, 64), help="Worker processes.")
 @click.option("--json", "json_path", default=None, help="Write the result here ('-' for stdout).")
@@ -42,8 +49,9 @@ def _pp(x: float) -> str:
 @click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE", help="With --profile: override a key.")
 @click.option("--duration", default=3600.0, show_default=True, type=click.FloatRange(60.0, 86400.0),
               help="With --profile: seconds of the profile's traffic per run.")
-def bench_tuner(scenario, workload, arrival, rps, model, hardware, seeds, static_trials, study_seeds, eval_s, control,
-                jobs, json_path, plot_dir, profile, profile_file, sets, duration) -> None:
+def bench_tuner(scenario, workload, arrival, rps, model, hardware, seeds, static_trials, warm_trials, converge_window,
+                converge_pp, study_storage, study_seeds, eval_s, control, jobs, json_path, plot_dir, profile,
+                profile_file, sets, duration) -> None:
     """Does the online tuner beat the best static setting on shifting traffic? (twin, virtual time)"""
     if profile or profile_file:
         _profile(profile, profile_file, sets, seeds, duration, jobs, json_path)
@@ -52,13 +60,22 @@ def bench_tuner(scenario, workload, arrival, rps, model, hardware, seeds, static
     from superinfer.tuner.offline.evaluate import TwinEnv
     from superinfer.tuner.offline.scenario import trace_scenario
 
+    from superinfer.tuner.offline.study import storage_url
+
+    try:
+        storage_url(study_storage)
+    except ValueError as exc:
+        click.echo(f"error: --study-storage: {exc}", err=True)
+        sys.exit(2)
     scn = SCENARIOS[scenario]
     if workload or arrival or rps:
         scn = _trace(workload, arrival, rps, trace_scenario)
     env = TwinEnv()
     env = replace(env, model=model or scn.model, hardware=hardware or scn.hardware)
     spec = BenchSpec(scenario=scn if workload else scenario, control="stationary" if control else None, seeds=seeds,
-                     static_trials=static_trials, study_seeds=study_seeds, eval_s=eval_s, jobs=jobs, env=env)
+                     static_trials=static_trials, warm_trials=warm_trials, converge_window=converge_window,
+                     converge_tol=converge_pp / 100.0, study_storage=study_storage, study_seeds=study_seeds,
+                     eval_s=eval_s, jobs=jobs, env=env)
     quiet = json_path == "-"
     res = run_bench(spec, progress=None if quiet else (lambda m: click.echo(m, err=True)))
     res["command"] = "superinferd bench tuner " + " ".join(sys.argv[3:])
@@ -141,9 +158,16 @@ def _table(res: dict) -> None:
     if d:
         click.echo(f"tuner - static_best: {100 * d['mean']:+.2f} pp, 95 % t interval "
                    f"[{100 * d['ci_t95'][0]:+.2f}, {100 * d['ci_t95'][1]:+.2f}]")
+    conv = res.get("studies", {}).get("static", {}).get("convergence")
+    if conv:
+        click.echo(f"baselines' study: {conv['trials']} trials, {'converged' if conv['converged'] else 'NOT converged'}"
+                   f" (best feasible {conv['best_feasible']}, moved {conv['moved_last_window']} over the last "
+                   f"{conv['window']}; unguarded best {conv['best_unguarded']}, guard binds: {conv['guard_binds']})")
     if "gap_closed" in res:
-        click.echo(f"gap closed: {res['gap_closed']:.2f} (oracle - static_best {res['oracle_minus_static_best_pp']:.2f} pp);"
+        gap = "n/a" if res["gap_closed"] is None else f"{res['gap_closed']:.2f}"
+        click.echo(f"gap closed: {gap} (oracle - static_best {res['oracle_minus_static_best_pp']:.2f} pp);"
                    f" median recovery {res['recovery_median_s']:.0f} s, {res['recovery_median_trials']:.1f} trials")
     for name, t in res.get("targets", {}).items():
-        click.echo(f"  target {name}: {'met' if t['met'] else 'MISSED'} {json.dumps({k: v for k, v in t.items() if k != 'met'}, default=float)}")
+        verdict = "n/a" if t["met"] is None else "met" if t["met"] else "MISSED"
+        click.echo(f"  target {name}: {verdict} {json.dumps({k: v for k, v in t.items() if k != 'met'}, default=float)}")
     click.echo(f"wall: {res['wall_s']}")

@@ -1,13 +1,16 @@
 """``bench tuner`` end to end: two offline studies, every strategy on every seed, the summary.
 
-1. Two studies (``superinfer.tuner.offline.study``), in parallel: one of the judged scenario (its
-   ``robust`` arm is ``static_best``, its phase arms are the ``oracle``'s), one of a *different* trace
-   (``shifting-alt``: the tuner's warm start). Each evaluates every phase alone for ``eval_s`` seconds
-   on ``study_seeds`` seeds no judged run uses (1000, 1001, ... and 2000, 2001, ...; two by default: on
-   one seed a 240-s phase that happened not to collapse ranked a setting that cannot recover from a
-   collapse, ``hopeless_last`` 0, best for chat, docs/tuner.md), with ``static_trials`` trials; each study's sampler is
-   seeded with its own data seed, so the two propose different settings (on one sampler seed they
-   proposed the same ones, and the warm start was not independent of the judged study).
+1. Two studies (``superinfer.tuner.offline.study``), in parallel. The baselines' study judges each
+   setting with hindsight, on the whole judged scenario as the strategies replay it and on the judged
+   seeds (``hindsight``: its value for a setting is what ``static_best`` with that setting scores), and
+   runs until it has converged (the best feasible value moved < ``converge_tol`` over the last
+   ``converge_window`` trials; ``static_trials`` is a ceiling): its ``robust`` arm is ``static_best``,
+   its phase arms (the best score in each phase among trials feasible there) the ``oracle``'s. The warm
+   start's study is of a *different* trace (``shifting-alt``), every phase alone for ``eval_s`` seconds
+   on ``study_seeds`` seeds no judged run uses (2000, 2001, ...), ``warm_trials`` trials: what an
+   operator would have run on other traffic. Each study's sampler has its own seed (on one seed they
+   proposed the same settings). With ``study_storage`` both are kept there, keyed by everything their
+   scores depend on, and a re-run resumes them (a converged study runs no trial).
 2. Every strategy on seeds ``0 .. seeds - 1`` of the scenario, and ``tuner`` and ``static_best`` on the
    stationary control (there ``static_best`` is the study's arm for that phase: the best static setting
    for stationary chat traffic), in a process pool.
@@ -19,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from superinfer.tuner.arms import arms_from_dict
@@ -34,11 +37,15 @@ from superinfer.tuner.offline.study import StudySpec, run_study
 @dataclass(frozen=True)
 class BenchSpec:
     scenario: str | Scenario = "shifting"  # a built-in name, or a Scenario (``trace_scenario``)
-    study_scenario: str = "shifting-alt"
+    study_scenario: str | Scenario = "shifting-alt"
     control: str | None = "stationary"
     seeds: int = 5
-    static_trials: int = 12
+    static_trials: int = 300  # the baselines' study: a ceiling; it stops when converged
+    warm_trials: int = 12
     study_seeds: int = 2
+    converge_window: int = 30
+    converge_tol: float = 0.005
+    study_storage: str | None = None
     eval_s: float = 240.0
     jobs: int = 2
     env: TwinEnv = field(default_factory=TwinEnv)
@@ -46,9 +53,8 @@ class BenchSpec:
     bin_s: float = 60.0
 
 
-def _study(args: tuple[StudySpec]) -> tuple[dict, dict]:
-    spec, = args
-    arms, report = run_study(spec)
+def _study(spec: StudySpec, jobs: int = 1, progress: Callable[[str], None] | None = None) -> tuple[dict, dict]:
+    arms, report = run_study(replace(spec, study_name=f"{spec.study_name}-{spec.key()}"), jobs=jobs, progress=progress)
     return arms.as_dict(), report
 
 
@@ -61,17 +67,27 @@ def run_bench(spec: BenchSpec, progress: Callable[[str], None] | None = None) ->
     start = start_setting(knobs)
     if spec.study_seeds < 1:
         raise ValueError(f"study_seeds: expected >= 1, got {spec.study_seeds!r}")
-    main_seeds, warm_seeds = (tuple(range(base, base + spec.study_seeds)) for base in (1000, 2000))
-    studies = [StudySpec(env, scn, knobs, start, spec.static_trials, main_seeds, spec.eval_s,
-                         study_name="bench-static", sampler_seed=1000),
-               StudySpec(env, get_scenario(spec.study_scenario), knobs, start, spec.static_trials, warm_seeds,
-                         spec.eval_s, study_name="bench-warm-start", sampler_seed=2000)]
-    say(f"studies: {spec.static_trials} trials each on {scn.name} (static_best, oracle) and "
-        f"{spec.study_scenario} (the tuner's warm start), phases of {spec.eval_s:g} s x {spec.study_seeds} seed(s)")
-    with ProcessPoolExecutor(max_workers=max(1, min(spec.jobs, 2))) as pool:
-        (main_arms, main_rep), (warm_arms, warm_rep) = list(pool.map(_study, [(s,) for s in studies]))
+    warm_seeds = tuple(range(2000, 2000 + spec.study_seeds))
+    static_spec = StudySpec(env, scn, knobs, start, spec.static_trials, tuple(range(spec.seeds)), spec.eval_s,
+                            storage=spec.study_storage, study_name="bench-static", sampler_seed=1000, hindsight=True,
+                            converge_window=spec.converge_window, converge_tol=spec.converge_tol, ceiling=True)
+    warm_scn = spec.study_scenario if isinstance(spec.study_scenario, Scenario) else get_scenario(spec.study_scenario)
+    warm_spec = StudySpec(env, warm_scn, knobs, start, spec.warm_trials, warm_seeds,
+                          spec.eval_s, storage=spec.study_storage, study_name="bench-warm-start", sampler_seed=2000,
+                          ceiling=True)
+    say(f"studies: {scn.name} with hindsight on seeds 0..{spec.seeds - 1} until converged (window "
+        f"{spec.converge_window}, {100 * spec.converge_tol:g} pp, at most {spec.static_trials} trials: static_best, "
+        f"oracle); {warm_scn.name}, {spec.warm_trials} trials, phases of {spec.eval_s:g} s x "
+        f"{spec.study_seeds} seed(s) (the tuner's warm start)")
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        warm = pool.submit(_study, warm_spec)
+        main_arms, main_rep = _study(static_spec, jobs=max(1, spec.jobs), progress=say)
+        warm_arms, warm_rep = warm.result()
     t_studies = time.perf_counter() - t0
-    say(f"studies done in {t_studies:.0f} s; static_best {main_arms['robust']['params']}")
+    conv = main_rep["convergence"]
+    say(f"studies done in {t_studies:.0f} s; baselines' study: {conv['trials']} trials, "
+        f"{'converged' if conv['converged'] else 'NOT converged'} (best moved {conv['moved_last_window']} over the "
+        f"last {conv['window']}); static_best {main_arms['robust']['params']}")
     main = arms_from_dict(main_arms)
     static = dict(main.robust.params)
     oracle = {n: dict(a.params) for n, a in main.phases.items()}
@@ -96,9 +112,10 @@ def run_bench(spec: BenchSpec, progress: Callable[[str], None] | None = None) ->
     res["targets"] = targets(res)
     if not scn.known_phases:
         res["oracle"] = "omitted: a recorded trace has no known phase boundaries"
-    res["settings"] = {"scenario": scn.name, "study_scenario": spec.study_scenario, "control": spec.control,
-                       "seeds": spec.seeds, "static_trials": spec.static_trials, "study_seeds": spec.study_seeds,
-                       "eval_s": spec.eval_s,
+    res["settings"] = {"scenario": scn.name, "study_scenario": warm_scn.name, "control": spec.control,
+                       "seeds": spec.seeds, "static_trials": spec.static_trials, "warm_trials": spec.warm_trials,
+                       "study_seeds": spec.study_seeds, "eval_s": spec.eval_s, "converge_window": spec.converge_window,
+                       "converge_tol": spec.converge_tol, "study_storage": spec.study_storage,
                        "jobs": spec.jobs, "model": env.model, "hardware": env.hardware, "bin_s": spec.bin_s,
                        "tuner": {k: getattr(spec.tuner, k) for k in spec.tuner.__dataclass_fields__},
                        "start": start, "static_best": static, "oracle": oracle,
@@ -113,5 +130,6 @@ def run_bench(spec: BenchSpec, progress: Callable[[str], None] | None = None) ->
 
 def _brief(report: dict) -> dict:
     return {"reference": {k: round(v["score"], 6) for k, v in report["reference"].items()},
+            "whole_start": report.get("whole_start"), "convergence": report["convergence"],
             "trials": [{"number": t["number"], "value": t["value"], "params": t["params"],
                         "constraint": t["constraint"], "phases": t.get("phases", {})} for t in report["trials"]]}

@@ -5,7 +5,9 @@
 * regret: per strategy, the cumulative number of requests (mean over seeds) that the oracle served
   within both SLOs and the strategy did not, over time;
 * recovery: the empirical CDF of the tuner's recovery time after each shift (censored ones at the phase
-  length, drawn as crosses).
+  length, drawn as crosses);
+* convergence: the baselines' study's best feasible value after each trial (``static_best``) and each
+  phase's best (the ``oracle``'s arms), with the convergence window shaded.
 """
 
 from __future__ import annotations
@@ -136,8 +138,39 @@ def recovery_cdf(res: dict[str, Any], path: str) -> str:
     return path
 
 
+def convergence(res: dict[str, Any], path: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    conv = res["studies"]["static"]["convergence"]
+    nan = lambda c: [np.nan if v is None else 100 * v for v in c]  # noqa: E731
+    fig, ax = plt.subplots(1, 2, figsize=(12, 4))
+    n = np.arange(1, conv["trials"] + 1)
+    ax[0].step(n, nan(conv["curve"]), where="post", color="tab:blue", label="best feasible (static_best)")
+    ax[0].step(n, nan(conv["curve_unguarded"]), where="post", color="0.6", ls="--", label="best, no tenant guard")
+    if conv["trials"] > conv["window"]:
+        ax[0].axvspan(conv["trials"] - conv["window"], conv["trials"], color="0.92", label=f"last {conv['window']} trials")
+    ax[0].set_title(f"baselines' study: {'converged' if conv['converged'] else 'not converged'} after {conv['trials']} trials")
+    for name, ph in conv["phases"].items():
+        ax[1].step(n, nan(ph["curve"]), where="post", label=name)
+    ax[1].set_title("best per phase (the oracle's arms)")
+    for a in ax:
+        a.set_xlabel("trial")
+        a.set_ylabel("SLO attainment % (study, whole trace)")
+        a.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def all_figures(res: dict[str, Any], out_dir: str, prefix: str = "tuner") -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
-    return [timeline(res, os.path.join(out_dir, f"{prefix}_timeline.png")),
-            regret(res, os.path.join(out_dir, f"{prefix}_regret.png")),
-            recovery_cdf(res, os.path.join(out_dir, f"{prefix}_recovery_cdf.png"))]
+    out = [timeline(res, os.path.join(out_dir, f"{prefix}_timeline.png")),
+           regret(res, os.path.join(out_dir, f"{prefix}_regret.png")),
+           recovery_cdf(res, os.path.join(out_dir, f"{prefix}_recovery_cdf.png"))]
+    if res.get("studies", {}).get("static", {}).get("convergence"):
+        out.append(convergence(res, os.path.join(out_dir, f"{prefix}_convergence.png")))
+    return out

@@ -7,6 +7,12 @@ phase the objective (the tuner's: weighted share of arrived requests meeting bot
 from the table; a request still unfinished after the drain is a miss, as ``superinfer.sim.metrics``
 judges it) and per-tenant attainment. Seeds are the same for every setting (common random numbers), so
 two settings are compared on the same requests.
+
+:func:`evaluate_trace` is the hindsight judge of ``bench tuner``'s baselines: the setting held over the
+whole scenario exactly as the strategies replay it (:func:`~superinfer.tuner.offline.scenario.build`,
+:func:`~superinfer.tuner.offline.replay.replay`), so a study's value for a setting is what the
+``static_best`` run with that setting scores on the same seeds; per phase, the requests that arrived in
+it (a phase name occurring twice pools both).
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from superinfer.sim.costmodel import CostModel
 from superinfer.sim.engine import SimConfig, Simulator, Trace
 from superinfer.sim.models import get_model
 from superinfer.sim.workload import Workload
-from superinfer.tuner.offline.scenario import Scenario, phase_workload
+from superinfer.tuner.offline.replay import replay
+from superinfer.tuner.offline.scenario import Scenario, build, phase_workload
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,33 @@ def evaluate(env: TwinEnv, scn: Scenario, values: dict[str, float], seeds: list[
         value, per = objective(ok, ten, tenants)
         seen[ph.name] = {"score": value, "per_tenant": per, "requests": int(ok.size)}
     return seen
+
+
+def evaluate_trace(env: TwinEnv, scn: Scenario, values: dict[str, float], seeds: list[int]) -> dict:
+    """``{"score", "per_tenant", "requests", "phases": {phase: {"score", "per_tenant", "requests"}}}`` of
+    ``values`` held over the whole of ``scn`` on every seed (see the module docstring), requests pooled."""
+    tenants = scn.table()
+    max_len = get_model(env.model).max_model_len
+    oks, tens, names = [], [], []
+    for seed in seeds:
+        w, bounds = build(scn, seed, max_len)
+        trace = replay(w, env.cost_model(), env.sim_config(tenants, values, seed)).trace
+        ok, ten = judge(trace, tenants)
+        label = np.full(ok.size, "", dtype=object)
+        for name, s, e in bounds:
+            label[(trace.t_arr >= s) & (trace.t_arr < e)] = name
+        oks.append(ok)
+        tens.append(ten)
+        names.append(label)
+    ok, ten, label = np.concatenate(oks), np.concatenate(tens), np.concatenate(names)
+    value, per = objective(ok, ten, tenants)
+    phases: dict[str, dict] = {}
+    for ph in scn.phases:
+        mask = label == ph.name
+        if ph.name not in phases and mask.any():
+            v, p = objective(ok[mask], ten[mask], tenants)
+            phases[ph.name] = {"score": v, "per_tenant": p, "requests": int(mask.sum())}
+    return {"score": value, "per_tenant": per, "requests": int(ok.size), "phases": phases}
 
 
 def weights_of(scn: Scenario) -> dict[str, float]:
