@@ -153,6 +153,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "jump_gain": Key("float", 0.1, "a phase's arm is adopted without a trial when the arms file's study "
                          "measured at least this gain over the incumbent's setting in that phase; 1: never", 0, 1,
                          lo_open=True),
+        "futility_margin": Key("float", 0.1, "a local step more than this below the incumbent after the first half "
+                               "of its trial is rejected at once; 1: never", 0, 1, lo_open=True),
         "arm_test": Key("choice", "unless_worse", "verdict on an arms-file setting: unless_worse (adopted unless "
                         "the trial shows it worse) or noninferiority (the trial must show it is not worse)",
                         choices=("unless_worse", "noninferiority")),

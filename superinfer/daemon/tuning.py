@@ -71,7 +71,8 @@ def tuner_config(cfg: Config) -> TunerConfig:
                        step_caps=dict(g("tuner", "step_caps")), guard_margin=g("tuner", "guard_margin"),
                        alpha=g("tuner", "alpha"), max_rollbacks_per_hour=g("tuner", "max_rollbacks_per_hour"),
                        explore_budget=g("tuner", "explore_budget"), arm_test=g("tuner", "arm_test"),
-                       jump_gain=g("tuner", "jump_gain"), seed=g("tuner", "seed"))
+                       jump_gain=g("tuner", "jump_gain"), futility_margin=g("tuner", "futility_margin"),
+                       seed=g("tuner", "seed"))
 
 
 def storage_for(cfg: Config) -> str | None:

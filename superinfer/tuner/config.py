@@ -59,6 +59,10 @@ class TunerConfig:
       a live score below that brings a switchback trial of that setting (``revert:<phase>``). Otherwise
       (no such score, a smaller gain, or 1: never) the arm is tried as before. Default 0.1, twice
       the guard's margin.
+    * ``futility_margin``: a local step whose candidate is more than this below the incumbent once the
+      first C I I C block is in (both sides ``guard_min_requests`` decided) is rejected at once, half-way
+      (``superinfer.tuner.trials``): the look can only turn an accept into a reject, never add one, and it
+      stops the damage of a step that collapses a queue. 1: no interim look.
     * ``explore_budget``: local steps may lose at most this share of the attainment over the last hour
       (``superinfer.tuner.budget``; realised losses, attainment-seconds); spent, none is offered. 0: no
       local steps (only the offline study's arms).
@@ -95,6 +99,7 @@ class TunerConfig:
     explore_threshold: float = 0.25
     explore_budget: float = 0.01
     jump_gain: float = 0.1
+    futility_margin: float = 0.1
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -115,6 +120,9 @@ class TunerConfig:
         for name in ("guard_margin", "noninferiority_margin"):
             if not 0 <= getattr(self, name) < 1:
                 raise TunerConfigError(f"{name}: expected 0 <= {name} < 1, got {getattr(self, name)!r}")
+        fm = self.futility_margin
+        if isinstance(fm, bool) or not isinstance(fm, (int, float)) or not 0 < fm <= 1:
+            raise TunerConfigError(f"futility_margin: expected a share in (0, 1] (1: no interim look), got {fm!r}")
         for name in ("min_requests", "guard_min_requests", "max_rollbacks_per_hour", "classify_slots", "switch_slots"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:

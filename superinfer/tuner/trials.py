@@ -20,6 +20,11 @@ above nominal, ``tests/tuner/test_switchback.py``).
   so the guard's false-alarm rate is at most ``2 guard_alpha``. It compares only the trial's own slots
   (an offline arm is no longer held to its study score while the incumbent side is empty: live traffic
   inherits a queue the study never saw, and that check rolled back good arms for it).
+* futility, at every tick of a local step once the first C I I C block is in (slot 4 entered) and each
+  side has ``guard_min_requests`` decided requests: a candidate more than ``futility_margin`` below the
+  incumbent on the point estimate is rejected at once. To be accepted it would need its second block to
+  beat the incumbent's by more than that margin and then pass the superiority test: the look can only turn
+  an accept into a reject, never add one, and it stops a step that is collapsing a queue at half its cost.
 * verdict, once every slot has run and settled: superiority at ``alpha`` for a local step (unexplored:
   it must prove itself); for an offline study's arm (``arm_test``) either adopted unless significantly
   worse than the incumbent at ``alpha`` or worse by more than ``guard_margin`` on the point estimate
@@ -112,6 +117,9 @@ class Trials:
             fired = self._guard(now, prov)
             if fired is not None:
                 return Verdict("rollback", fired, True, cand.value - base.value)
+        futile = self._futility(cand, base)
+        if futile is not None:
+            return Verdict("reject", futile, True, cand.value - base.value)
         if not tr.sb.evaluable(self.m, now):
             return None
         if min(cand.decided, base.decided) < cfg.min_requests:
@@ -164,6 +172,16 @@ class Trials:
                                       f" (rejected below -{cfg.guard_margin})")
         test = f"non-inferiority within {margin}" if arm else "superiority"
         return ok, f"{test}, {unit} {z:.2f}"
+
+    def _futility(self, cand: Score, base: Score) -> str | None:
+        """Why a local step is stopped half-way (see the module docstring), or None."""
+        cfg, tr = self.cfg, self.running
+        if tr.arm != "local" or cfg.futility_margin >= 1 or tr.sb.k < 4 or tr.sb.done:
+            return None
+        if min(cand.decided, base.decided) < cfg.guard_min_requests or cand.value >= base.value - cfg.futility_margin:
+            return None
+        return (f"futility: {cand.value:.4f} vs {base.value:.4f} over {cand.decided}/{base.decided} requests after "
+                f"{tr.sb.k} slots: more than {cfg.futility_margin} below the incumbent half-way, rejected now")
 
     def _guard(self, now: float, provisional: bool) -> str | None:
         """Why the guard fires now (``provisional``: running requests that met TTFT count as hits), or None."""

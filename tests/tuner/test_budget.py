@@ -52,8 +52,10 @@ def steep(params: dict, phase: str) -> float:
 
 def _run_two_hours(budget: float):
     world = World(steep, rate=20.0)
-    # rollbacks never freeze it here: the budget alone must stop the exploration
-    ctl = make(world, explore_threshold=0.0, explore_budget=budget, max_rollbacks_per_hour=1000)
+    # rollbacks never freeze it here and no futility look cuts a step short: the budget alone must stop
+    # the exploration (with the look each losing step costs half as much, so more of them fit the hour)
+    ctl = make(world, explore_threshold=0.0, explore_budget=budget, max_rollbacks_per_hour=1000,
+               futility_margin=1.0)
     ctl.decisions = type(ctl.decisions)(maxlen=10_000)
     world.run(ctl, 0.0, 2 * HOUR_S)
     return ctl
