@@ -72,7 +72,10 @@ def bench_tuner(scenario, workload, arrival, rps, model, hardware, seeds, static
         scn = _trace(workload, arrival, rps, trace_scenario)
     env = TwinEnv()
     env = replace(env, model=model or scn.model, hardware=hardware or scn.hardware)
-    spec = BenchSpec(scenario=scn if workload else scenario, control="stationary" if control else None, seeds=seeds,
+    # the warm start's study is of another trace: the scenario's own -alt when it has one
+    warm = f"{scenario}-alt" if f"{scenario}-alt" in SCENARIOS and not workload else "shifting-alt"
+    spec = BenchSpec(scenario=scn if workload else scenario, study_scenario=warm,
+                     control="stationary" if control else None, seeds=seeds,
                      static_trials=static_trials, warm_trials=warm_trials, converge_window=converge_window,
                      converge_tol=converge_pp / 100.0, study_storage=study_storage, study_seeds=study_seeds,
                      eval_s=eval_s, jobs=jobs, env=env)

@@ -16,6 +16,14 @@ its iterations to it whether or not voice traffic is present, which is what make
 * ``shifting-alt``: the same kinds of phase in another order, with other rates, mixes and lengths (the
   trace the tuner's warm-start study is run on: never the one it is judged on).
 * ``stationary``: 30 minutes of the first phase of ``shifting`` (the stationary control).
+* ``regimes``: 58 minutes where the regimes really trade off (issue 30 item 3): chat at capacity
+  (compute-bound), long-output reasoning traffic (the ``reasoning`` lengths, fitted to ServeGen's
+  DeepSeek-R1 clients: memory binds and requests rotate), a voice rush, reasoning again, a quiet night,
+  bursts; a ``reasoning`` tenant (TTFT 10 s, TBT 100 ms, as ``profiles/reasoning.toml``) joins the table.
+  Measured on the twin before it was chosen (one seed, each knob moved alone from the defaults): δ_F −2
+  lifts the reasoning phase from 89 to 92 % and drops the voice rush after it from 79 to 68 %, δ_F +5 the
+  reverse (87 / 84 %); α 0, ``rotation_margin_s`` 0 and 9 trade the two the same way.
+* ``regimes-alt``: the same kinds of phase in another order, with other rates (its warm-start study).
 
 The voice rush (added after a first run showed that no phase of the rest wants a different setting;
 docs/tuner.md, "The scenario") is a multi-tenant phase led by the voice tenant at a load the engine
@@ -40,6 +48,9 @@ TENANTS: tuple[Tenant, ...] = (Tenant("chat", 5.0, 0.1, 1.0), Tenant("voice", 1.
 CHAT_ONLY = (("chat", 1.0),)
 MIXED = (("chat", 5.0), ("voice", 2.0), ("bulk", 3.0))
 VOICE_LED = (("chat", 2.0), ("voice", 6.0), ("bulk", 2.0))
+#: ``regimes``: a reasoning tenant's SLOs as ``profiles/reasoning.toml`` sets them (TTFT 10 s, TBT 100 ms)
+WITH_REASONING: tuple[Tenant, ...] = TENANTS + (Tenant("reasoning", 10.0, 0.1, 1.0),)
+REASONING_ONLY = (("reasoning", 1.0),)
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,23 @@ SCENARIOS: dict[str, Scenario] = {
         _steady("low-load", "chat", 0.8, 360),
         _steady("chat", "chat", 5.8, 480),
     ), description="54 min, other order, rates and mixes: the warm-start study's trace"),
+    "regimes": Scenario("regimes", (
+        _steady("chat", "chat", 6.2, 600),
+        _steady("reasoning", "reasoning", 2.2, 600, REASONING_ONLY),
+        _steady("voice-rush", "chat", 5.0, 600, VOICE_LED),
+        _steady("reasoning", "reasoning", 2.2, 600, REASONING_ONLY),
+        _steady("night", "chat", 0.5, 480),
+        _bursts("bursts", 3.5, 600),
+    ), tenants=WITH_REASONING, description="58 min: chat 6.2 req/s, reasoning (long outputs) 2.2, a voice rush 5 "
+                                            "(chat/voice/bulk 2:6:2), reasoning 2.2, a night at 0.5, bursts over 3.5"),
+    "regimes-alt": Scenario("regimes-alt", (
+        _steady("reasoning", "reasoning", 2.0, 480, REASONING_ONLY),
+        _steady("voice-rush", "chat", 4.5, 480, (("chat", 3.0), ("voice", 5.0), ("bulk", 2.0))),
+        _steady("chat", "chat", 6.5, 480),
+        _bursts("bursts", 3.0, 480, factor=3.0),
+        _steady("reasoning", "reasoning", 2.5, 480, REASONING_ONLY),
+        _steady("night", "chat", 0.8, 360),
+    ), tenants=WITH_REASONING, description="46 min, other order and rates: the warm-start study's trace for regimes"),
     "stationary": Scenario("stationary", (_steady("chat", "chat", 6.2, 1800),),
                            description="30 min of chat at 6.2 req/s (the stationary control)"),
 }
