@@ -160,21 +160,27 @@ def _study(spec: StudySpec, storage: Any) -> Any:
                                load_if_exists=True)
 
 
+def _progress(total: int, say: Callable[[str], None]) -> Callable[[Any, Any], None]:
+    """An Optuna callback that reports each finished trial and the best feasible value so far."""
+
+    def cb(st: Any, tr: Any) -> None:
+        curve = study_curve(st)
+        say(f"trial {len(curve)}/{total}: value {tr.value if tr.value is not None else float('nan'):.4f}"
+            f" (best feasible {curve[-1] if curve else float('nan'):.4f})")
+
+    return cb
+
+
 def _worker(spec: StudySpec, storage_spec: str, reference: dict, n: int, seed: int, loud: bool = False) -> None:
     import sys
     from dataclasses import replace
 
     s = replace(spec, sampler_seed=seed)
     study = _study(s, open_storage(storage_spec))
-
-    def say(st: Any, tr: Any) -> None:
-        if loud:
-            curve = study_curve(st)
-            print(f"trial {len(curve)}/{spec.trials}: value {tr.value if tr.value is not None else float('nan'):.4f}"
-                  f" (best feasible {curve[-1] if curve else float('nan'):.4f})", file=sys.stderr, flush=True)
-
-    stop = stopper(s.converge_window, s.converge_tol, s.min_trials)
-    study.optimize(_objective(s, reference), n_trials=n, callbacks=[say, stop])
+    callbacks = [stopper(s.converge_window, s.converge_tol, s.min_trials)]
+    if loud:
+        callbacks.insert(0, _progress(spec.trials, lambda m: print(m, file=sys.stderr, flush=True)))
+    study.optimize(_objective(s, reference), n_trials=n, callbacks=callbacks)
 
 
 def run_study(spec: StudySpec, jobs: int = 1, progress: Callable[[str], None] | None = None) -> tuple[Arms, dict]:
@@ -191,16 +197,10 @@ def run_study(spec: StudySpec, jobs: int = 1, progress: Callable[[str], None] | 
         study.enqueue_trial({k: (int(spec.start[k]) if k in INTEGER_PARAMS else spec.start[k]) for k in spec.knobs},
                             skip_if_exists=True)
 
-        def report(st: Any, tr: Any) -> None:
-            best = max((t.value for t in st.trials if t.value is not None and t.user_attrs.get("constraint", 0) <= 0),
-                       default=float("nan"))
-            say(f"trial {tr.number + 1}/{spec.trials}: value {tr.value if tr.value is not None else float('nan'):.4f}"
-                f" (best feasible {best:.4f})")
-
         todo = _remaining(spec, study)
         if todo and jobs <= 1:
             study.optimize(_objective(spec, reference), n_trials=todo,
-                           callbacks=[report, stopper(spec.converge_window, spec.converge_tol, spec.min_trials)])
+                           callbacks=[_progress(spec.trials, say), stopper(spec.converge_window, spec.converge_tol, spec.min_trials)])
         elif todo:
             per = [todo // jobs + (1 if i < todo % jobs else 0) for i in range(jobs)]
             ctx = mp.get_context("spawn")
