@@ -245,6 +245,12 @@ def core_policy_name(engine_policy: str) -> str:
     return ENGINE_ALIASES.get(engine_policy, engine_policy)
 
 
+def budgeted(engine_policy: str) -> bool:
+    """Does the engine policy move KV between HBM and host memory under a per-iteration budget
+    ``b_xfer`` (a rotating policy with a host tier)?"""
+    return core_policy_name(engine_policy) in ROTATING_POLICIES and engine_policy not in HBM_ONLY_POLICIES
+
+
 def get_policy(name: str) -> Policy:
     """Look up a policy by name (``vllm`` is an alias of ``fcfs``)."""
     key = ALIASES.get(name, name)

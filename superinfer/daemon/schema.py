@@ -18,6 +18,7 @@ from superinfer.core import ENGINE_POLICIES, KNOB, KNOBS
 from superinfer.daemon.params import PARAM_KEYS
 from superinfer.tuner.fleet import check_storage, redact
 from superinfer.tuner.space import DEFAULT_KNOBS as TUNER_KNOBS
+from superinfer.tuner.space import TUNABLE_BOUNDS
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,9 @@ class Key:
         if self.kind == "b_xfer":
             return "\"auto\" or an integer >= 0 (blocks per iteration per direction)"
         if self.kind == "knobs":
-            return "a non-empty list of knob names (" + ", ".join(PARAM_KEYS) + ")"
+            return "a non-empty list of knob names (" + ", ".join(TUNABLE_BOUNDS) + ")"
         if self.kind == "caps":
-            return "a table of knob name = number > 0 (knobs: " + ", ".join(PARAM_KEYS) + ")"
+            return "a table of knob name = number > 0 (knobs: " + ", ".join(TUNABLE_BOUNDS) + ")"
         if self.kind == "storage":
             return "sqlite:///PATH, postgresql://user@host/db, journal:PATH, memory, or empty"
         what = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}[self.kind]
@@ -141,7 +142,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
                             0, 86400, lo_open=True),
         "cooldown_s": Key("float", 60.0, "after a decision, no new trial before this (s)", 0, 86400),
         "trust_region": Key("float", 0.5, "initial radius of local steps, as a share of the step caps", 0, 1, lo_open=True),
-        "knobs": Key("knobs", tuple(TUNER_KNOBS), "the knobs the tuner moves (names from [scheduler])"),
+        "knobs": Key("knobs", tuple(TUNER_KNOBS), "the knobs the tuner moves (names from [scheduler]; b_xfer "
+                     "only up to the host's measured budget, and not where there is no host tier)"),
         "step_caps": Key("caps", {}, "most one decision moves a knob, e.g. {step_slo_share = 0.5}; unset knobs: "
                          "the tuner's defaults"),
         "guard_margin": Key("float", 0.05, "roll back when a tenant's attainment is significantly more than this "
@@ -212,11 +214,11 @@ def check_value(key: Key, value: Any) -> Any:
     kind = key.kind
     if kind == "knobs":
         if isinstance(value, str) or not isinstance(value, (list, tuple)) or not value or \
-                any(not isinstance(k, str) or k not in PARAM_KEYS for k in value) or len(set(value)) != len(value):
+                any(not isinstance(k, str) or k not in TUNABLE_BOUNDS for k in value) or len(set(value)) != len(value):
             raise SchemaError(key.expected(), value)
         return tuple(value)
     if kind == "caps":
-        if not isinstance(value, dict) or any(k not in PARAM_KEYS or isinstance(v, bool) or not isinstance(v, (int, float))
+        if not isinstance(value, dict) or any(k not in TUNABLE_BOUNDS or isinstance(v, bool) or not isinstance(v, (int, float))
                                               or not math.isfinite(v) or v <= 0 for k, v in value.items()):
             raise SchemaError(key.expected(), value)
         return {k: float(v) for k, v in value.items()}

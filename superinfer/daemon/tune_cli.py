@@ -78,9 +78,10 @@ def tune(profile, profile_file, sets, scenario, workload, start_s, arrival, rps,
                   max_num_seqs=g("engine", "max_num_seqs"), max_num_batched_tokens=g("engine", "max_num_batched_tokens"),
                   b_xfer=None if b == "auto" else int(b), policy=g("scheduler", "policy"),
                   base={k: float(getattr(cfg.params(), k)) for k in PARAM_BOUNDS})
-    knobs = tuple(g("tuner", "knobs"))
     params = cfg.params()
-    start = {k: float(getattr(params, k)) for k in knobs}
+    b_max = env.b_xfer_max()  # b_xfer: searched up to the twin's budget; not at all without a host tier
+    knobs = tuple(k for k in g("tuner", "knobs") if k != "b_xfer" or b_max > 0)
+    start = {k: float(b_max) if k == "b_xfer" else float(getattr(params, k)) for k in knobs}
     spec = StudySpec(env, scn, knobs, start, trials, tuple(range(seeds)), duration, storage=storage,
                      study_name=study_name, converge_window=converge_window)
     say = (lambda m: click.echo(m, err=True)) if json_path != "-" else (lambda m: None)

@@ -30,6 +30,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from superinfer.core import budgeted
 from superinfer.daemon.lifecycle import read_json
 from superinfer.jsonfile import write_json_atomic
 from superinfer.tuner import Controller, TunerConfig, load_arms
@@ -53,8 +54,9 @@ class TunerError(ValueError):
     """A tuner setting the daemon cannot start with (bad arms file, bad storage): exit 2."""
 
 
-def tuner_config(cfg: Config) -> TunerConfig:
-    """The controller's settings from ``[tuner]``. Derived, not profile keys: feature slots of a quarter
+def tuner_config(cfg: Config, b_xfer_max: int | None = None) -> TunerConfig:
+    """The controller's settings from ``[tuner]``; ``b_xfer_max``: the host's measured transfer budget
+    (``b_xfer``'s upper bound; None: not tuned). Derived, not profile keys: feature slots of a quarter
     window (at most 30 s), a settle of a quarter window (at most 10 s; at most two windows, at most 120 s,
     for the last censored requests), a per-tenant guard that
     needs a fifth of ``min_requests`` (5 to 30) on each side, and switchback trials of 8 slots whose
@@ -72,7 +74,7 @@ def tuner_config(cfg: Config) -> TunerConfig:
                        alpha=g("tuner", "alpha"), max_rollbacks_per_hour=g("tuner", "max_rollbacks_per_hour"),
                        explore_budget=g("tuner", "explore_budget"), arm_test=g("tuner", "arm_test"),
                        jump_gain=g("tuner", "jump_gain"), futility_margin=g("tuner", "futility_margin"),
-                       seed=g("tuner", "seed"))
+                       seed=g("tuner", "seed"), b_xfer_max=b_xfer_max)
 
 
 def storage_for(cfg: Config) -> str | None:
@@ -122,7 +124,10 @@ class TunerService:
             arms = load_arms(path) if path else empty_arms()
         except ArmsError as exc:
             raise TunerError(f"tuner.arms_file: {exc}") from None
-        tcfg = tuner_config(cfg)
+        # the budget at startup is the probe's measurement (or the profile's pin, or the backend's): the
+        # most the tuner may set; a policy with no host tier (or a budget of 0) leaves b_xfer untuned
+        b_max = int(store.values["b_xfer"]) if budgeted(cfg.get("scheduler", "policy")) else 0
+        tcfg = tuner_config(cfg, b_max or None)
         tenants = {t.name: (t.ttft_slo, t.weight) for t in cfg.tenants}
         incumbent = {k: float(store.values[k]) for k in tcfg.knobs}
         now = time.monotonic()

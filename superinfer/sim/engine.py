@@ -42,6 +42,7 @@ from superinfer.core import (
     Snapshot,
     TenantTable,
     batch_holds,
+    budgeted,
     batch_token_budget,
     core_policy_name,
     decided_nothing,
@@ -108,6 +109,16 @@ def reference_iteration_s(cm: CostModel, max_num_seqs: int) -> float:
     return cm.iteration_s(512, 512 * 513 // 2, decodes, decodes * 1024)
 
 
+def transfer_budget(cm: CostModel, cfg: SimConfig) -> tuple[bool, int]:
+    """(does the policy move KV under a per-iteration budget, its ``b_xfer`` in blocks per iteration each
+    way): a rotating policy with a host tier takes ``cfg.b_xfer``, else design §4's budget from the cost
+    model; vLLM's offloading connector has no budget (unbounded); a policy with no host tier moves none."""
+    if budgeted(cfg.policy):
+        b = cfg.b_xfer if cfg.b_xfer is not None else cm.default_b_xfer(reference_iteration_s(cm, cfg.max_num_seqs))
+        return True, int(b)
+    return False, UNBOUNDED if core_policy_name(cfg.policy) == "vllm-offload" else 0
+
+
 @dataclass
 class StepResult:
     """One iteration of the twin, as the engine saw it (computed once, where the state changed).
@@ -143,12 +154,8 @@ class Simulator:
         uses_dram = (core_name in ROTATING_POLICIES or core_name == "vllm-offload") and \
             cfg.policy not in HBM_ONLY_POLICIES
         self.dram_blocks = (cm.dram_blocks() if cfg.dram_blocks is None else cfg.dram_blocks) if uses_dram else 0
-        if core_name in ROTATING_POLICIES and uses_dram:
-            b = cfg.b_xfer if cfg.b_xfer is not None else cm.default_b_xfer(reference_iteration_s(cm, cfg.max_num_seqs))
-        elif core_name == "vllm-offload":
-            b = UNBOUNDED  # vLLM's offloading connector has no transfer budget
-        else:
-            b = 0
+        #: the policy moves KV under a per-iteration budget ``b_xfer`` (which a tuner may lower)
+        self.budgeted, b = transfer_budget(cm, cfg)
         self.b_xfer = int(b)
         self._deadlines = bool(np.isfinite(cfg.tenants.max_queue_s).any())
         self.predictor = WaitPredictor() if cfg.shed_at_admission and self._deadlines else None

@@ -15,8 +15,9 @@ that stretch of the study trace. ``features`` are the phase's mean workload feat
 (``superinfer.tuner.phase``). ``versus`` (optional): the study's scores, in that phase, of the start
 setting and of the other phases' arms; with them the online tuner knows what the study predicts for
 its incumbent in the phase, so the study's gain from a jump (:meth:`Arms.prior`). Invariants of
-:func:`load_arms`: every setting names only knobs of ``PARAM_BOUNDS``, each within its bounds (integers
-where the core says so); scores are within [0, 1]; ``versus`` names only ``start`` and the file's
+:func:`load_arms`: every setting names only knobs of ``TUNABLE_BOUNDS`` (the core's and ``b_xfer``),
+each within its bounds (integers where the core says so; a ``b_xfer`` above the host's budget is clipped
+by the tuner's knob space); scores are within [0, 1]; ``versus`` names only ``start`` and the file's
 phases; anything else raises :class:`ArmsError` naming the file and the key.
 """
 
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS
+from superinfer.tuner.space import TUNABLE_BOUNDS, TUNABLE_INTEGER
 from superinfer.jsonfile import write_json_atomic
 
 ARMS_VERSION = 1
@@ -97,12 +98,12 @@ def _setting(where: str, raw: Any) -> dict[str, float]:
         raise ArmsError(f"{where}: expected an object of knob values")
     out = {}
     for k, v in raw.items():
-        if k not in PARAM_BOUNDS:
-            raise ArmsError(f"{where}.{k}: unknown knob; known: {', '.join(PARAM_BOUNDS)}")
-        lo, hi = PARAM_BOUNDS[k]
+        if k not in TUNABLE_BOUNDS:
+            raise ArmsError(f"{where}.{k}: unknown knob; known: {', '.join(TUNABLE_BOUNDS)}")
+        lo, hi = TUNABLE_BOUNDS[k]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
             raise ArmsError(f"{where}.{k}: expected a number within [{lo}, {hi}], got {v!r}")
-        if k in INTEGER_PARAMS and v != int(v):
+        if k in TUNABLE_INTEGER and v != int(v):
             raise ArmsError(f"{where}.{k}: expected an integer, got {v!r}")
         out[k] = float(v)
     return out

@@ -44,7 +44,9 @@ class TunerConfig:
       of a slot not counted: each side gets ``window_s`` of counted arrivals. ``test_unit``: ``slot``
       (the tests treat slots as the units, cluster-robust, Student's t: ``superinfer.tuner.stats``) or
       ``request`` (two-proportion z-tests on the requests, as if independent; optimistic).
-    * ``knobs``, ``step_caps``: the tuned knobs and the most one decision moves each; ``trust_region``:
+    * ``knobs``, ``step_caps``: the tuned knobs and the most one decision moves each; ``b_xfer_max``:
+      the host's measured transfer budget, ``b_xfer``'s upper bound (None or 0: ``b_xfer`` is not tuned,
+      ``superinfer.tuner.space``); ``trust_region``:
       the initial radius of local steps as a share of the caps; ``arm_step_factor``: an offline study's
       arm (a setting the study evaluated on the twin) may move each knob by up to this many step caps
       in one decision (local steps: one cap).
@@ -88,6 +90,7 @@ class TunerConfig:
     test_unit: str = "slot"
     knobs: tuple[str, ...] = DEFAULT_KNOBS
     step_caps: dict[str, float] = field(default_factory=dict)
+    b_xfer_max: int | None = None
     trust_region: float = 0.5
     arm_step_factor: float = 3.0
     slot_s: float = 30.0

@@ -75,7 +75,7 @@ class Controller:
                  storage: str | None = None, study_name: str = "superinfer-online",
                  on_decision: Callable[[Decision], None] | None = None, fleet: Fleet | None = None) -> None:
         self.cfg = cfg
-        self.space = KnobSpace(cfg.knobs, cfg.step_caps)
+        self.space = KnobSpace(cfg.knobs, cfg.step_caps, cfg.b_xfer_max)
         self.incumbent = self.space.check(dict(incumbent))
         self.applied = dict(self.incumbent)
         self.writer = writer

@@ -2,7 +2,7 @@
 
 Every finished trial (accept, reject, rollback) is published (:meth:`Fleet.publish`) as a trial of the
 study ``superinfer-fleet/<model>/<phase>`` (``phase``: the traffic phase the arms file names, else
-:data:`UNNAMED`): the candidate's knob values (distributions from the core's ``PARAM_BOUNDS``), its
+:data:`UNNAMED`): the candidate's knob values (distributions from the tuner's ``TUNABLE_BOUNDS``), its
 measured attainment as the value (a rollback: a failed trial, no value), and ``host``, ``verdict``,
 ``arm``, ``gain`` and the incumbent's attainment as user attributes. :meth:`Fleet.best` returns, for a
 phase, the best *accepted* setting another host published: the chooser offers it as the ``fleet`` arm
@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS
+from superinfer.tuner.space import TUNABLE_BOUNDS, TUNABLE_INTEGER
 
 PREFIX = "superinfer-fleet"
 UNNAMED = "unnamed"  # the key of traffic the arms file names no phase for
@@ -121,10 +121,10 @@ class Fleet:
         try:
             import optuna
 
-            params = {k: (int(round(v)) if k in INTEGER_PARAMS else float(v)) for k, v in setting.items()
-                      if k in PARAM_BOUNDS}
-            dists = {k: optuna.distributions.IntDistribution(int(PARAM_BOUNDS[k][0]), int(PARAM_BOUNDS[k][1]))
-                     if k in INTEGER_PARAMS else optuna.distributions.FloatDistribution(*map(float, PARAM_BOUNDS[k]))
+            params = {k: (int(round(v)) if k in TUNABLE_INTEGER else float(v)) for k, v in setting.items()
+                      if k in TUNABLE_BOUNDS}
+            dists = {k: optuna.distributions.IntDistribution(int(TUNABLE_BOUNDS[k][0]), int(TUNABLE_BOUNDS[k][1]))
+                     if k in TUNABLE_INTEGER else optuna.distributions.FloatDistribution(*map(float, TUNABLE_BOUNDS[k]))
                      for k in params}
             attrs = {"host": self.host, "verdict": verdict, "arm": arm, "gain": gain, "incumbent_value": incumbent}
             state = optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL

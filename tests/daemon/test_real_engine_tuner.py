@@ -37,7 +37,7 @@ SETS = ("load.rps=3", "load.max_tokens=64", f"scheduler.step_slo_share={POOR}", 
 
 def test_the_tuner_moves_the_real_engine_off_a_poor_setting_and_says_so(tmp_path: Path) -> None:
     arms = tmp_path / "arms.json"
-    good = {k: float(PARAM_DEFAULTS[k]) for k in DEFAULT_KNOBS} | {"step_slo_share": GOOD}
+    good = {k: float(PARAM_DEFAULTS[k]) for k in DEFAULT_KNOBS if k != "b_xfer"} | {"step_slo_share": GOOD}
     save_arms(Arms(Arm("robust", good, 0.95), {}), arms)
     args = [a for s in (*SETS, f"tuner.arms_file={arms}") for a in ("--set", s)]
     d = start_daemon(tmp_path, "--profile", "cpu-demo", "--device", "cpu", *args, profile_text=None, backend="vllm",

@@ -52,7 +52,7 @@ def test_a_jump_the_live_traffic_contradicts_is_tried_back(tmp_path: Path) -> No
     # revert:chat trial puts the start back
     feats = workload_features(load_workload("chat", rps=10.0, duration_s=300, seed=1, tenants={"default": 1.0}))
     path = tmp_path / "arms.json"
-    start = {k: float(PARAM_DEFAULTS[k]) for k in DEFAULT_KNOBS}
+    start = {k: float(PARAM_DEFAULTS[k]) for k in DEFAULT_KNOBS if k != "b_xfer"}  # b_xfer: the host's
     save_arms(Arms(None, {"chat": Arm("chat", {"step_slo_share": 0.01}, 0.95, feats, {"start": 0.60})},
                    start=Arm("start", start)), path)
     d = start_daemon(tmp_path, profile_text=profile(arms=path))
@@ -109,6 +109,8 @@ def test_rollback_of_an_injected_bad_setting_then_restart(tmp_path: Path) -> Non
         assert t["incumbent"]["step_slo_share"] == 0.8 and t["rollbacks_last_hour"] == 1
         p = d.get("/v1/params").json()
         assert p["step_slo_share"] == 0.8 and p["source"] == "tuner" and p["version"] >= 3  # out and back
+        # the transfer budget is tuned too, bounded by the twin's (lvf has a host tier), and was never moved
+        assert t["incumbent"]["b_xfer"] == p["b_xfer"] > 0
         log = _log(d)
         assert [x["action"] for x in log if x["action"] in ("trial", "rollback")][:2] == ["trial", "rollback"]
         assert all(isinstance(x["at"], float) and x["at"] > 1e9 for x in log)  # Unix seconds

@@ -15,7 +15,7 @@ from superinfer.tuner.config import TunerConfig
 from superinfer.tuner.measure import Measurements
 from superinfer.tuner.objective import Score
 from superinfer.tuner.phase import FeatureSlot
-from superinfer.tuner.space import DEFAULT_KNOBS, KnobSpace
+from superinfer.tuner.space import KnobSpace
 from superinfer.tuner.tracking import PhaseNamed, TrafficChange, TrafficTracker
 from superinfer.tuner.trials import Trials
 from tests.tuner.world import START, TENANTS
@@ -37,7 +37,7 @@ def _features(rng: random.Random, rate: float, length: float = 5.0) -> dict[str,
 def _arms(score: float = 0.9, start_score: float | None = None) -> Arms:
     prior = {} if start_score is None else {"start": start_score}
     return Arms(None, {"a": Arm("a", {"step_slo_share": 1.6}, score, CHAT, prior)},
-                start=Arm("start", {k: START[k] for k in DEFAULT_KNOBS}))
+                start=Arm("start", {k: START[k] for k in KnobSpace().knobs}))
 
 
 def test_the_tracker_names_the_phase_then_reports_a_change() -> None:

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from superinfer.tuner.arms import Arm, Arms
-from superinfer.tuner.space import DEFAULT_KNOBS
+from superinfer.tuner.space import KnobSpace
 from tests.tuner.world import START, World, make, share_world
 
 CHAT_FEATURES = {"log_rate": math.log(20.0), "log_prompt": math.log(1000), "share:chat": 1.0, "share:voice": 0.0}
@@ -19,7 +19,7 @@ def arms_with_prior(share: float, score: float, start_score: float) -> Arms:
     """One phase ``a`` whose arm sets ``step_slo_share`` to ``share``; the study scored it ``score`` and the
     start (the world's start setting) ``start_score`` in that phase."""
     return Arms(None, {"a": Arm("a", {"step_slo_share": share}, score, CHAT_FEATURES, {"start": start_score})},
-                start=Arm("start", {k: START[k] for k in DEFAULT_KNOBS}))  # the study's start: every tuned knob
+                start=Arm("start", {k: START[k] for k in KnobSpace().knobs}))  # the study's start: every tuned knob
 
 
 def actions(ctl) -> list[str]:

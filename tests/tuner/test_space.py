@@ -1,5 +1,5 @@
-"""The search space's guarantees, as properties: never outside the core's bounds, never a step larger
-than the cap, integers stay integers."""
+"""The search space's guarantees, as properties: never outside the core's bounds (``b_xfer``: the host's
+measured budget), never a step larger than the cap, integers stay integers."""
 
 from __future__ import annotations
 
@@ -9,21 +9,27 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS, PARAM_DEFAULTS
+from superinfer.core import PARAM_BOUNDS
 from superinfer.tuner.config import TunerConfig
-from superinfer.tuner.offline.study import SEARCH_RANGES
-from superinfer.tuner.space import DEFAULT_KNOBS, KnobSpace, SpaceError
+from superinfer.tuner.offline.study import B_XFER_SEARCH_MIN, SEARCH_RANGES
+from superinfer.tuner.space import DEFAULT_KNOBS, TUNABLE_INTEGER, KnobSpace, SpaceError
 
-SPACE = KnobSpace(DEFAULT_KNOBS)
+B_MAX = 3173  # the GH200 twin's budget for Qwen2.5-32B (blocks of 16 per iteration, each way)
+SPACE = KnobSpace(DEFAULT_KNOBS, b_xfer_max=B_MAX)
+INTEGER_PARAMS = TUNABLE_INTEGER
 
 
 def settings_in_bounds() -> st.SearchStrategy[dict]:
     parts = {}
     for k in DEFAULT_KNOBS:
-        lo, hi = PARAM_BOUNDS[k]
+        lo, hi = SPACE.bounds[k]
         parts[k] = (st.integers(int(lo), int(hi)).map(float) if k in INTEGER_PARAMS
                     else st.floats(lo, hi, allow_nan=False))
     return st.fixed_dictionaries(parts)
+
+
+def study_range(k: str) -> tuple[float, float]:
+    return (B_XFER_SEARCH_MIN, B_MAX) if k == "b_xfer" else SEARCH_RANGES[k]
 
 
 ANY = st.floats(-1e7, 1e7, allow_nan=False)
@@ -31,7 +37,7 @@ ANY = st.floats(-1e7, 1e7, allow_nan=False)
 
 def assert_valid(s: dict, start: dict, factor: float = 1.0) -> None:
     for k in DEFAULT_KNOBS:
-        lo, hi = PARAM_BOUNDS[k]
+        lo, hi = SPACE.bounds[k]
         assert lo <= s[k] <= hi, (k, s[k])
         if k in INTEGER_PARAMS:
             assert s[k] == int(s[k]), (k, s[k])
@@ -52,14 +58,14 @@ def test_toward_an_arm_moves_at_most_factor_caps(start: dict, target: dict, fact
 
 
 @settings(max_examples=100, deadline=None)
-@given(target=st.fixed_dictionaries({k: st.floats(*SEARCH_RANGES[k]) if k not in INTEGER_PARAMS
-                                     else st.integers(int(SEARCH_RANGES[k][0]), int(SEARCH_RANGES[k][1])).map(float)
+@given(target=st.fixed_dictionaries({k: st.floats(*study_range(k)) if k not in INTEGER_PARAMS
+                                     else st.integers(int(study_range(k)[0]), int(study_range(k)[1])).map(float)
                                      for k in DEFAULT_KNOBS}))
 def test_any_study_arm_is_reached_from_the_defaults_in_two_decisions(target: dict) -> None:
     """docs/tuner.md's claim for the default arm_step_factor (3): every setting a study can propose
     (inside SEARCH_RANGES) is at most two capped decisions from the core's defaults."""
     factor = TunerConfig().arm_step_factor
-    s = {k: float(PARAM_DEFAULTS[k]) for k in DEFAULT_KNOBS}
+    s = dict(SPACE.defaults)
     for _ in range(2):
         s = SPACE.toward(s, target, factor)
     assert SPACE.same(s, target, tol=1e-6), {k: (s[k], target[k]) for k in DEFAULT_KNOBS}
@@ -67,7 +73,7 @@ def test_any_study_arm_is_reached_from_the_defaults_in_two_decisions(target: dic
 
 def test_one_cap_does_not_reach_every_study_arm_in_two_decisions() -> None:
     """The previous claim fails without the factor (so the test above can fail): delta_f from 0.5 to -4.8."""
-    s = {k: float(PARAM_DEFAULTS[k]) for k in DEFAULT_KNOBS}
+    s = dict(SPACE.defaults)
     target = {**s, "delta_f": -4.8}
     for _ in range(2):
         s = SPACE.toward(s, target)
@@ -89,7 +95,7 @@ def test_clip_is_within_bounds_and_idempotent(s: dict) -> None:
 
 
 def test_toward_reaches_a_near_target_and_caps_a_far_one() -> None:
-    start = {k: 0.0 for k in DEFAULT_KNOBS} | {"step_slo_share": 0.8, "hopeless_last": 1.0}
+    start = {k: 0.0 for k in DEFAULT_KNOBS} | {"step_slo_share": 0.8, "hopeless_last": 1.0, "b_xfer": 100.0}
     near = SPACE.toward(start, {"step_slo_share": 1.5})
     assert near["step_slo_share"] == pytest.approx(1.5)
     far = SPACE.toward(start, {"step_slo_share": 9.0, "hopeless_last": 0})
@@ -129,3 +135,29 @@ def test_every_knob_of_the_core_can_be_tuned() -> None:
     assert set(space.caps) == set(PARAM_BOUNDS) == set(SEARCH_RANGES)
     s = space.toward(space.clip({}), {"backfill": 0})
     assert s["backfill"] == 0.0 and space.values(s)["backfill"] == 0
+
+
+def test_b_xfer_is_bounded_by_the_measured_budget_and_moves_a_quarter_of_it() -> None:
+    """The tuner may lower the transfer budget, never raise it past what the link was measured to carry;
+    one decision moves it by at most a quarter of that budget."""
+    assert SPACE.bounds["b_xfer"] == (0.0, float(B_MAX)) and SPACE.defaults["b_xfer"] == B_MAX
+    assert SPACE.caps["b_xfer"] == B_MAX // 4
+    assert SPACE.clip({"b_xfer": 10**6})["b_xfer"] == B_MAX
+    with pytest.raises(SpaceError, match="b_xfer = 3174.0 is outside"):
+        SPACE.check({**SPACE.clip({}), "b_xfer": B_MAX + 1})
+    down = SPACE.toward(SPACE.clip({}), {"b_xfer": 16})
+    assert down["b_xfer"] == B_MAX - B_MAX // 4 and SPACE.values(down)["b_xfer"] == B_MAX - B_MAX // 4
+    assert KnobSpace(["b_xfer"], {"b_xfer": 100}, b_xfer_max=B_MAX).caps["b_xfer"] == 100
+
+
+def test_b_xfer_is_not_tuned_where_no_budget_is_known() -> None:
+    """No host tier (budget 0) or no measurement: b_xfer leaves the tuned knobs, the rest stay."""
+    for b in (None, 0):
+        space = KnobSpace(DEFAULT_KNOBS, b_xfer_max=b)
+        assert "b_xfer" not in space.knobs and space.dropped == ("b_xfer",)
+        assert set(space.knobs) == set(DEFAULT_KNOBS) - {"b_xfer"}
+    with pytest.raises(SpaceError, match="at least one knob"):
+        KnobSpace(["b_xfer"])
+    for bad in (-1, 2.5, True, 10**7):
+        with pytest.raises(SpaceError, match="b_xfer_max"):
+            KnobSpace(DEFAULT_KNOBS, b_xfer_max=bad)

@@ -63,8 +63,9 @@ def run_bench(spec: BenchSpec, progress: Callable[[str], None] | None = None) ->
     t0 = time.perf_counter()
     scn = spec.scenario if isinstance(spec.scenario, Scenario) else get_scenario(spec.scenario)
     env = spec.env
-    knobs = spec.tuner.knobs
-    start = start_setting(knobs)
+    tuner = replace(spec.tuner, b_xfer_max=env.b_xfer_max() or None)  # b_xfer bounded by the twin's budget
+    start = start_setting(tuner)
+    knobs = tuple(start)
     if spec.study_seeds < 1:
         raise ValueError(f"study_seeds: expected >= 1, got {spec.study_seeds!r}")
     warm_seeds = tuple(range(2000, 2000 + spec.study_seeds))
@@ -93,12 +94,12 @@ def run_bench(spec: BenchSpec, progress: Callable[[str], None] | None = None) ->
     oracle = {n: dict(a.params) for n, a in main.phases.items()}
     strategies = STRATEGIES if scn.known_phases else tuple(s for s in STRATEGIES if s != "oracle")
     custom = None if scn.name in SCENARIOS else scn
-    tasks = [RunTask(s, scn.name, seed, env, static, oracle, warm_arms, spec.tuner, spec.bin_s, custom)
+    tasks = [RunTask(s, scn.name, seed, env, static, oracle, warm_arms, tuner, spec.bin_s, custom)
              for seed in range(spec.seeds) for s in strategies]
     if spec.control:
         ctl_phase = get_scenario(spec.control).phases[0].name
         ctl_static = oracle.get(ctl_phase, static)
-        tasks += [RunTask(s, spec.control, seed, env, ctl_static, oracle, warm_arms, spec.tuner, spec.bin_s)
+        tasks += [RunTask(s, spec.control, seed, env, ctl_static, oracle, warm_arms, tuner, spec.bin_s)
                   for seed in range(spec.seeds) for s in ("static_best", "tuner")]
     tasks.sort(key=lambda t: t.strategy != "paper")  # the slowest first, for a better packing
     say(f"{len(tasks)} runs on {spec.jobs} worker(s)")
@@ -117,7 +118,7 @@ def run_bench(spec: BenchSpec, progress: Callable[[str], None] | None = None) ->
                        "study_seeds": spec.study_seeds, "eval_s": spec.eval_s, "converge_window": spec.converge_window,
                        "converge_tol": spec.converge_tol, "study_storage": spec.study_storage,
                        "jobs": spec.jobs, "model": env.model, "hardware": env.hardware, "bin_s": spec.bin_s,
-                       "tuner": {k: getattr(spec.tuner, k) for k in spec.tuner.__dataclass_fields__},
+                       "tuner": {k: getattr(tuner, k) for k in tuner.__dataclass_fields__},
                        "start": start, "static_best": static, "oracle": oracle,
                        "warm_start_arms": warm_arms, "study_arms": main_arms,
                        "scenario_description": scn.description}

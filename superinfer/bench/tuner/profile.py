@@ -70,12 +70,15 @@ def run_profile_task(task: ProfileTask) -> dict[str, Any]:
     decisions: list[dict] = []
     factory = None
     if task.strategy == "tuner":
-        tcfg = tuner_config(cfg)
+        from superinfer.sim.engine import transfer_budget
+
+        budgeted, b_xfer = transfer_budget(cm, simcfg)
+        tcfg = tuner_config(cfg, b_xfer if budgeted else None)
         tcfg = replace(tcfg, mode="auto", seed=tcfg.seed + task.seed)
         path = cfg.get("tuner", "arms_file")
         arms = load_arms(path) if path else empty_arms()
         tenants = {t.name: (t.ttft_slo, t.weight) for t in table.tenants}
-        start = {k: float(getattr(simcfg.params, k)) for k in tcfg.knobs}
+        start = {k: float(b_xfer) if k == "b_xfer" else float(getattr(simcfg.params, k)) for k in tcfg.knobs}
         factory = partial(make_controller, tcfg, tenants, start, arms, decisions)
     elif task.strategy != "static":
         raise ValueError(f"unknown strategy {task.strategy!r}; valid: static, tuner")

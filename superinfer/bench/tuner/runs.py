@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from superinfer.core import PARAM_DEFAULTS
 from superinfer.sim.metrics import run_metrics
 from superinfer.sim.models import get_model
 from superinfer.tuner.arms import Arms, arms_from_dict
@@ -30,6 +29,7 @@ from superinfer.tuner.controller import Controller
 from superinfer.tuner.offline.evaluate import TwinEnv, judge, objective
 from superinfer.tuner.offline.replay import replay
 from superinfer.tuner.offline.scenario import Scenario, build, get_scenario
+from superinfer.tuner.space import KnobSpace
 
 STRATEGIES = ("paper", "static_best", "oracle", "tuner")
 PAPER = {"alpha": 3.0, "delta_b": 0.0, "delta_f": 0.5}
@@ -49,8 +49,11 @@ class RunTask:
     scn: Scenario | None = None  # a scenario that is not built in (a recorded trace); else by name
 
 
-def start_setting(knobs: tuple[str, ...]) -> dict[str, float]:
-    return {k: float(PARAM_DEFAULTS[k]) for k in knobs} | {k: v for k, v in PAPER.items() if k in knobs}
+def start_setting(cfg: TunerConfig) -> dict[str, float]:
+    """Every strategy's start: the defaults of the knobs ``cfg`` tunes (``b_xfer`` at the host's budget,
+    left out where there is none), the paper's α, δ_B, δ_F."""
+    space = KnobSpace(cfg.knobs, cfg.step_caps, cfg.b_xfer_max)
+    return dict(space.defaults) | {k: v for k, v in PAPER.items() if k in space.knobs}
 
 
 def run_task(task: RunTask) -> dict[str, Any]:
@@ -59,8 +62,7 @@ def run_task(task: RunTask) -> dict[str, Any]:
     env = task.env
     w, bounds = build(scn, task.seed, get_model(env.model).max_model_len)
     table = scn.table()
-    knobs = task.tuner.knobs
-    start = start_setting(knobs)
+    start = start_setting(task.tuner)
     cfg = env.sim_config(table, start, task.seed)
     schedule: list[tuple[float, dict[str, float]]] = []
     factory: Callable[[Callable], Controller] | None = None

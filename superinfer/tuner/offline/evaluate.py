@@ -25,7 +25,7 @@ import numpy as np
 from superinfer.core import INTEGER_PARAMS, Params, TenantTable
 from superinfer.sim.build import build_cost_model
 from superinfer.sim.costmodel import CostModel
-from superinfer.sim.engine import SimConfig, Simulator, Trace
+from superinfer.sim.engine import SimConfig, Simulator, Trace, transfer_budget
 from superinfer.sim.models import get_model
 from superinfer.sim.workload import Workload
 from superinfer.tuner.offline.replay import replay
@@ -48,15 +48,26 @@ class TwinEnv:
     def cost_model(self) -> CostModel:
         return build_cost_model(self.model, self.hardware, self.block_size)
 
+    def b_xfer_max(self) -> int:
+        """The tuned ``b_xfer``'s bound: the transfer budget of the twin's host (``b_xfer``, else its
+        hardware's link for one reference iteration, as the simulator sets it); 0 for a policy that
+        moves no KV under a budget (nothing to tune)."""
+        budgeted, b = transfer_budget(self.cost_model(), self.sim_config(TenantTable(), {}, 0))
+        return int(b) if budgeted else 0
+
     def sim_config(self, tenants: TenantTable, values: dict[str, float], seed: int) -> SimConfig:
+        merged = {**self.base, **values}
+        b_xfer = int(merged["b_xfer"]) if "b_xfer" in merged else self.b_xfer
         return SimConfig(policy=self.policy, max_num_seqs=self.max_num_seqs,
-                         max_num_batched_tokens=self.max_num_batched_tokens, b_xfer=self.b_xfer,
-                         params=params_of({**self.base, **values}), tenants=tenants, dram_blocks=self.dram_blocks,
+                         max_num_batched_tokens=self.max_num_batched_tokens, b_xfer=b_xfer,
+                         params=params_of(merged), tenants=tenants, dram_blocks=self.dram_blocks,
                          drain_s=self.drain_s, seed=seed)
 
 
 def params_of(values: dict[str, float]) -> Params:
-    return Params().replace(**{k: int(v) if k in INTEGER_PARAMS else float(v) for k, v in values.items()})
+    """The core's ``Params`` of a setting (its ``b_xfer``, the engine's knob, goes to ``SimConfig``)."""
+    return Params().replace(**{k: int(v) if k in INTEGER_PARAMS else float(v) for k, v in values.items()
+                               if k != "b_xfer"})
 
 
 def judge(trace: Trace, tenants: TenantTable) -> tuple[np.ndarray, np.ndarray]:

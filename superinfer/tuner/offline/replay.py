@@ -6,7 +6,8 @@ jump to the next arrival when idle, drain after the last arrival), driven from o
 simulator's public ``add`` and ``step``: the controller sees every arrival (``arrival``), every first
 token (``first_token``, judged against the tenant's S_F) and every finish (``finished``, mean TBT
 against S_B), all on the simulator's clock, and is ticked every ``tick_s`` virtual seconds. Its writes
-set ``sim.cfg.params`` (applied from the next iteration, as in the daemon's sim backend). The result is
+set ``sim.cfg.params`` and, for ``b_xfer``, the simulator's transfer budget (applied from the next
+iteration, as in the daemon's sim backend). The result is
 the simulator's :class:`~superinfer.sim.engine.Trace`, recorded by the same
 :class:`~superinfer.sim.collect.Collector` as every run of the twin (so ``run_metrics`` judges every
 strategy the same way), plus the param trajectory and the controller's decisions. Unlike
@@ -36,7 +37,8 @@ class ReplayResult:
 
 
 def _params(base: Params, values: dict[str, float]) -> Params:
-    return base.replace(**{k: int(v) if k in INTEGER_PARAMS else float(v) for k, v in values.items()})
+    """``base`` with the core knobs of ``values`` (``b_xfer`` is the engine's: not a ``Params`` field)."""
+    return base.replace(**{k: int(v) if k in INTEGER_PARAMS else float(v) for k, v in values.items() if k != "b_xfer"})
 
 
 def replay(w: Workload, cm: CostModel, cfg: SimConfig, *, schedule: Sequence[tuple[float, dict[str, float]]] = (),
@@ -55,6 +57,8 @@ def replay(w: Workload, cm: CostModel, cfg: SimConfig, *, schedule: Sequence[tup
 
     def write(values: dict) -> None:
         sim.cfg.params = _params(sim.cfg.params, values)
+        if "b_xfer" in values and sim.budgeted:  # a policy with no transfer budget has none to tune
+            sim.b_xfer = int(values["b_xfer"])
         trajectory.append((clock["now"], dict(values)))
 
     ctl = controller_factory(write) if controller_factory is not None else None

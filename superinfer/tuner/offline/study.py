@@ -40,13 +40,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from superinfer.core import INTEGER_PARAMS, PARAM_BOUNDS
+from superinfer.tuner.space import TUNABLE_BOUNDS, TUNABLE_INTEGER
 from superinfer.tuner.arms import Arm, Arms
 from superinfer.tuner.offline.converge import converged, moved, running_best, stopper, study_curve
 from superinfer.tuner.offline.evaluate import TwinEnv, evaluate, evaluate_trace, weights_of, workload_features
 from superinfer.tuner.offline.scenario import Scenario, phase_workload
 
-#: where a study searches each knob (inside ``PARAM_BOUNDS``; the bounds themselves span off-switches
+#: where a study searches each knob (inside ``TUNABLE_BOUNDS``; the bounds themselves span off-switches
 #: and extremes no operating point needs)
 SEARCH_RANGES: dict[str, tuple[float, float]] = {
     "alpha": (0.0, 10.0), "delta_b": (-0.2, 0.2), "delta_f": (-5.0, 5.0), "min_residency": (0, 16),
@@ -54,6 +54,8 @@ SEARCH_RANGES: dict[str, tuple[float, float]] = {
     "hopeless_last": (0, 1), "step_slo_share": (0.3, 3.0), "backfill": (0, 1), "replan_steps": (1, 16),
     "tbt_credit": (0, 1),
 }
+#: ``b_xfer``: from this many blocks (0 turns rotation off) up to the twin's measured budget, on a log scale
+B_XFER_SEARCH_MIN = 16
 
 
 #: trials the TPE sampler draws at random before it models anything
@@ -122,20 +124,24 @@ def open_storage(spec: str | None) -> Any:
     return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
 
 
-def _suggest(trial: Any, knobs: tuple[str, ...]) -> dict[str, float]:
+def _suggest(trial: Any, knobs: tuple[str, ...], b_xfer_max: int) -> dict[str, float]:
     out = {}
     for k in knobs:
-        lo, hi = SEARCH_RANGES.get(k, PARAM_BOUNDS[k])
-        lo, hi = max(lo, PARAM_BOUNDS[k][0]), min(hi, PARAM_BOUNDS[k][1])
-        out[k] = float(trial.suggest_int(k, int(lo), int(hi)) if k in INTEGER_PARAMS else trial.suggest_float(k, lo, hi))
+        if k == "b_xfer":
+            out[k] = float(trial.suggest_int(k, min(B_XFER_SEARCH_MIN, b_xfer_max), b_xfer_max, log=True))
+            continue
+        lo, hi = SEARCH_RANGES.get(k, TUNABLE_BOUNDS[k])
+        lo, hi = max(lo, TUNABLE_BOUNDS[k][0]), min(hi, TUNABLE_BOUNDS[k][1])
+        out[k] = float(trial.suggest_int(k, int(lo), int(hi)) if k in TUNABLE_INTEGER else trial.suggest_float(k, lo, hi))
     return out
 
 
 def _objective(spec: StudySpec, reference: dict[str, dict]) -> Callable[[Any], float]:
     weights = weights_of(spec.scenario)
+    b_xfer_max = spec.env.b_xfer_max() if "b_xfer" in spec.knobs else 0
 
     def fn(trial: Any) -> float:
-        values = _suggest(trial, spec.knobs)
+        values = _suggest(trial, spec.knobs, b_xfer_max)
         res = spec.measure(values)
         whole = res.pop("", None)
         loss = 0.0
@@ -194,7 +200,7 @@ def run_study(spec: StudySpec, jobs: int = 1, progress: Callable[[str], None] | 
     try:
         study = _study(spec, open_storage(storage_spec))
         reference = _reference(spec, study, say)
-        study.enqueue_trial({k: (int(spec.start[k]) if k in INTEGER_PARAMS else spec.start[k]) for k in spec.knobs},
+        study.enqueue_trial({k: (int(spec.start[k]) if k in TUNABLE_INTEGER else spec.start[k]) for k in spec.knobs},
                             skip_if_exists=True)
 
         todo = _remaining(spec, study)
