@@ -76,7 +76,8 @@ class Controller:
                  on_decision: Callable[[Decision], None] | None = None, fleet: Fleet | None = None) -> None:
         self.cfg = cfg
         self.space = KnobSpace(cfg.knobs, cfg.step_caps, cfg.b_xfer_max)
-        self.incumbent = self.space.check(dict(incumbent))
+        # a knob the space leaves out (b_xfer with no host tier) is not the tuner's: not in its incumbent
+        self.incumbent = self.space.check({k: v for k, v in incumbent.items() if k not in self.space.dropped})
         self.applied = dict(self.incumbent)
         self.writer = writer
         self.arms = arms or empty_arms()
