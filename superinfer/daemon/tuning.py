@@ -239,7 +239,8 @@ class TunerService:
             log.info("tuner %s: %s", d.action, d.reason)
         if self.metrics is not None:
             self.metrics.decision(d)
-        if d.action in ("accept", "reject", "rollback", "abort", "freeze", "unfreeze", "mode", "adopt", "jump"):
+        if d.action in ("accept", "reject", "rollback", "abort", "freeze", "unfreeze", "mode", "adopt", "jump",
+                        "fallback"):
             self._save(d.t)
 
     def _save(self, now: float) -> None:

@@ -134,6 +134,14 @@ class Chooser:
                 ("below jump_gain)" if full else "more than the step caps allow in one decision)")
         return Proposal(f"arm:{phase}", target, why)
 
+    def fallback(self, incumbent: Mapping[str, float]) -> dict[str, float] | None:
+        """Where to go when the traffic leaves the phase the incumbent was chosen for: the study's robust
+        setting (within ``arm_step_factor`` caps); None without one, or when it is the incumbent."""
+        if self.arms.robust is None or not self.cfg.change_fallback:
+            return None
+        target = self.space.toward(incumbent, merge_params(incumbent, self.arms.robust), self.cfg.arm_step_factor)
+        return None if self.space.same(target, incumbent) else target
+
     def jumped_from(self, previous: Mapping[str, float], jump: Jump, epoch: int) -> None:
         """A jump was made from ``previous`` in ``epoch``: its first window is to be checked."""
         self.jumped = (dict(previous), jump.replaced, epoch, jump.phase)

@@ -61,6 +61,10 @@ class TunerConfig:
       a live score below that brings a switchback trial of that setting (``revert:<phase>``). Otherwise
       (no such score, a smaller gain, or 1: never) the arm is tried as before. Default 0.1, twice
       the guard's margin.
+    * ``change_fallback``: when the traffic changes (a Page-Hinkley alarm), go at once to the arms file's
+      ``robust`` setting (its best over the whole study trace; within ``arm_step_factor`` caps), unless
+      that is the incumbent: a setting chosen for one phase is not known to be good in the next (on
+      ``regimes`` the reasoning arm carried into the voice rush lost 13-25 pp there, docs/tuner.md).
     * ``futility_margin``: a local step whose candidate is more than this below the incumbent once the
       first C I I C block is in (both sides ``guard_min_requests`` decided) is rejected at once, half-way
       (``superinfer.tuner.trials``): the look can only turn an accept into a reject, never add one, and it
@@ -103,6 +107,7 @@ class TunerConfig:
     explore_budget: float = 0.01
     jump_gain: float = 0.1
     futility_margin: float = 0.1
+    change_fallback: bool = True
     seed: int = 0
 
     def __post_init__(self) -> None:

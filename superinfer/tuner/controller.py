@@ -13,8 +13,9 @@ measurement is the baseline, so the next proposal may follow the cooldown).
 ``frozen`` while :class:`~superinfer.tuner.freeze.Freeze` says so (a running trial is written back);
 ``off`` in mode off. Modes: ``shadow`` proposes and logs, writes nothing; ``advise`` also publishes the
 candidate as a recommendation; ``auto`` runs trials. A Page-Hinkley alarm on the workload features
-(``superinfer.tuner.phase``) aborts a running trial, forgets the baseline, resets the bandit, measures
-the incumbent in the new traffic for ``classify_slots`` slots, names the phase from the arms file and, in
+(``superinfer.tuner.phase``) aborts a running trial, forgets the baseline, resets the bandit, goes back to
+the arms file's robust setting (``change_fallback``), measures the incumbent in the new traffic for
+``classify_slots`` slots, names the phase from the arms file and, in
 ``auto``, goes to that phase's arm: at once (a *jump*) when the study measured a gain of at least
 ``jump_gain`` over the incumbent's setting in that phase, the arm's first window then checked against the
 study's score for the replaced setting (below it: a ``revert:<phase>`` trial of that setting); else by a
@@ -45,13 +46,14 @@ from superinfer.tuner.bandit import DiscountedThompson
 from superinfer.tuner.baseline import BaselineWatch
 from superinfer.tuner.budget import ExplorationBudget
 from superinfer.tuner.chooser import Chooser, Hold, Jump, Proposal
-from superinfer.tuner.config import MODES, TunerConfig, TunerConfigError
+from superinfer.tuner.config import TunerConfig
 from superinfer.tuner.decisions import Decision, Trial
 from superinfer.tuner.fleet import Fleet
 from superinfer.tuner.freeze import Freeze
 from superinfer.tuner.local import LocalSearch
 from superinfer.tuner.measure import Measurements
 from superinfer.tuner.objective import Score
+from superinfer.tuner.operator import OperatorControls
 from superinfer.tuner.space import KnobSpace
 from superinfer.tuner.tracking import Load, PhaseNamed, TrafficChange, TrafficTracker
 from superinfer.tuner.trials import Trials, Verdict
@@ -60,7 +62,7 @@ Writer = Callable[[dict[str, float | int]], None]
 _CURRENT: Any = object()  # _log's default phase: the one the tracker names now
 
 
-class Controller:
+class Controller(OperatorControls):
     """See the module docstring. ``tenants``: name -> (TTFT SLO in s, weight); ``incumbent``: the live
     knob values at start (every tuned knob).
 
@@ -178,13 +180,24 @@ class Controller:
             self._phase_named(now, ev)
 
     def _traffic_changed(self, now: float, ev: TrafficChange) -> None:
-        """Abort the trial (logged in the phase it ran in), forget the baseline, measure afresh."""
+        """Abort the trial (logged in the phase it ran in), forget the baseline, fall back to the robust
+        setting (``change_fallback``), measure afresh."""
         self.counts["phase_changes"] += 1
         self.chooser.bandit.reset()
         if self.trial is not None:
             self._end_trial(now, Verdict.abort("traffic changed during the trial"), phase=ev.before)
         self.watch.restart(now)
         self._log(now, "phase", "traffic changed: " + ", ".join(ev.alarms))
+        target = self.chooser.fallback(self.incumbent)
+        if target is None or self.mode == "off" or self.freeze.reason(now):
+            return
+        if self.mode != "auto":
+            self._would(now, "fall back to arm:robust (traffic changed)", target)
+            return
+        self.incumbent = self.space.check(dict(target))
+        self._apply(now, self.incumbent)
+        self._log(now, "fallback", "traffic changed: the study's robust setting until the new phase is named",
+                  dict(self.incumbent))
 
     def _phase_named(self, now: float, ev: PhaseNamed) -> None:
         """Log a new name; at a settling classification go to the phase's arm (a jump or a trial)."""
@@ -352,45 +365,6 @@ class Controller:
         self.decision_count += 1
         if self.on_decision is not None:
             self.on_decision(d)
-
-    # ---- operator (and the daemon on their behalf) --------------------------------------------------
-    def set_mode(self, mode: str, now: float) -> None:
-        if mode not in MODES:
-            raise TunerConfigError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
-        if mode == self.mode:
-            return
-        if self.trial is not None and mode != "auto":
-            self._end_trial(now, Verdict.abort(f"mode changed to {mode}"))
-        old, self.mode = self.mode, mode
-        self.candidate = None if mode in ("off", "shadow") else self.candidate
-        self.state = "off" if mode == "off" else "observe"
-        self._log(now, "mode", f"{old} -> {mode}")
-
-    def set_freeze(self, frozen: bool, now: float, why: str = "PUT /v1/tuner") -> None:
-        if frozen:
-            if not self.freeze.operator:
-                self.freeze.operator, self.freeze.operator_why = True, why
-                self._log(now, "freeze", f"operator: {why}")
-                self._frozen_now(now)
-        elif self.freeze.operator or self.freeze.rollback_times:
-            self.freeze.unfreeze()
-            self._log(now, "unfreeze", f"operator: {why}")
-
-    def external_write(self, values: Mapping[str, float], source: str, now: float) -> None:
-        """Someone other than the tuner changed the params: they become the incumbent; in ``auto`` the
-        tuner freezes until an operator unfreezes it (a running trial is dropped, nothing written)."""
-        new = {**self.incumbent, **{k: float(v) for k, v in values.items() if k in self.incumbent}}
-        if self.trial is not None:
-            self._end_trial(now, Verdict.abort(f"params written by {source}", write_back=False))
-        changed = not self.space.same(new, self.applied)
-        self.incumbent, self.applied = dict(new), dict(new)
-        if changed:
-            self.watch.changed(now)
-            self.watch.forget()
-        if self.mode == "auto":
-            self.set_freeze(True, now, f"params written by {source}")
-        elif changed:
-            self._log(now, "adopt", f"params written by {source} become the incumbent")
 
     def stop(self, now: float) -> None:
         """Shut down: a running trial is written back to the incumbent."""

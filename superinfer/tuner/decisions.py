@@ -8,8 +8,8 @@ from typing import Any
 from superinfer.tuner.switchback import Switchback
 
 #: every ``action`` a decision may carry
-ACTIONS = ("mode", "freeze", "unfreeze", "adopt", "phase", "hold", "propose", "advise", "trial", "jump", "accept",
-           "reject", "rollback", "abort")
+ACTIONS = ("mode", "freeze", "unfreeze", "adopt", "phase", "hold", "propose", "advise", "trial", "jump", "fallback",
+           "accept", "reject", "rollback", "abort")
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ def test_a_trace_is_one_phase_replayed_with_its_own_arrivals(tmp_path: Path) -> 
 def test_bench_tuner_on_a_trace_runs_without_an_oracle(tmp_path: Path) -> None:
     path = write_trace(tmp_path / "t.jsonl", seconds=120.0)
     r = bench("--workload", str(path), "--arrival", "trace", "--rps", "trace", "--seeds", "1", "--static-trials", "2",
-              "--study-seeds", "1", "--eval-s", "20", "--no-control", "--jobs", "1", "--json", "-")
+              "--study-seeds", "1", "--warm-trials", "2", "--no-control", "--jobs", "1", "--json", "-")
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout)
     assert set(res["strategies"]) == {"paper", "static_best", "tuner"}

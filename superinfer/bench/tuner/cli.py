@@ -37,8 +37,6 @@ def _pp(x: float) -> str:
               "postgresql://) and resume them on a re-run with the same settings.")
 @click.option("--study-seeds", default=2, show_default=True, type=click.IntRange(1, 100),
               help="Seeds each warm-start trial is evaluated on (more: less luck in the arms, proportionally slower).")
-@click.option("--eval-s", default=240.0, show_default=True, type=click.FloatRange(10.0, 86400.0),
-              help="Seconds of each phase a warm-start trial simulates.")
 @click.option("--control/--no-control", default=True, show_default=True, help="Also run the stationary control.")
 @click.option("--jobs", default=2, show_default=True, type=click.IntRange(1, 64), help="Worker processes.")
 @click.option("--json", "json_path", default=None, help="Write the result here ('-' for stdout).")
@@ -50,7 +48,7 @@ def _pp(x: float) -> str:
 @click.option("--duration", default=3600.0, show_default=True, type=click.FloatRange(60.0, 86400.0),
               help="With --profile: seconds of the profile's traffic per run.")
 def bench_tuner(scenario, workload, arrival, rps, model, hardware, seeds, static_trials, warm_trials, converge_window,
-                converge_pp, study_storage, study_seeds, eval_s, control, jobs, json_path, plot_dir, profile,
+                converge_pp, study_storage, study_seeds, control, jobs, json_path, plot_dir, profile,
                 profile_file, sets, duration) -> None:
     """Does the online tuner beat the best static setting on shifting traffic? (twin, virtual time)"""
     if profile or profile_file:
@@ -78,7 +76,7 @@ def bench_tuner(scenario, workload, arrival, rps, model, hardware, seeds, static
                      control="stationary" if control else None, seeds=seeds,
                      static_trials=static_trials, warm_trials=warm_trials, converge_window=converge_window,
                      converge_tol=converge_pp / 100.0, study_storage=study_storage, study_seeds=study_seeds,
-                     eval_s=eval_s, jobs=jobs, env=env)
+                     jobs=jobs, env=env)
     quiet = json_path == "-"
     res = run_bench(spec, progress=None if quiet else (lambda m: click.echo(m, err=True)))
     res["command"] = "superinferd bench tuner " + " ".join(sys.argv[3:])

@@ -33,7 +33,7 @@ from superinfer.tuner.offline.scenario import build
 #: profile's static knobs is at most 1 pp (the stationary target of docs/tuner.md), the 95 % interval's
 #: lower end at most 2 pp below, and at most one rollback per hour; else ``shadow``
 RULE = {"mean_pp_min": -1.0, "ci_low_pp_min": -2.0, "rollbacks_per_hour_max": 1.0}
-ACTING = ("propose", "trial", "jump", "accept", "reject", "rollback", "adopt")
+ACTING = ("propose", "trial", "jump", "fallback", "accept", "reject", "rollback", "adopt")
 
 
 @dataclass(frozen=True)
