@@ -40,10 +40,14 @@ from superinfer.sim.options import start_s_option, with_start
 @click.option("--converge-window", default=0, show_default=True, type=click.IntRange(0, 10000),
               help="> 0: --trials becomes a ceiling and the study stops once its best moved < 0.5 pp over this "
               "many trials (30: the bar `bench tuner` holds its static_best to).")
+@click.option("--hindsight/--phases-alone", default=True, show_default=True,
+              help="Judge each trial on the whole traffic as it flows, phase after phase (--scenario: its own "
+              "lengths; --duration then ignored), its phase arms on each phase's requests; or each phase alone "
+              "for --duration from an empty queue (faster; blind to a setting that collapses a loaded queue).")
 @click.option("--study", "study_name", default="superinfer-tune", show_default=True, help="Study name in the storage.")
 @click.option("--json", "json_path", required=True, help="Write the arms file here ('-' for stdout).")
 def tune(profile, profile_file, sets, scenario, workload, start_s, arrival, rps, duration, model, hardware, trials, seeds,
-         jobs, storage, converge_window, study_name, json_path) -> None:
+         jobs, storage, converge_window, hindsight, study_name, json_path) -> None:
     """Search the knobs offline on the twin; write the robust setting and per-phase arms."""
     from dataclasses import replace
 
@@ -83,7 +87,7 @@ def tune(profile, profile_file, sets, scenario, workload, start_s, arrival, rps,
     knobs = tuple(k for k in g("tuner", "knobs") if k != "b_xfer" or b_max > 0)
     start = {k: float(b_max) if k == "b_xfer" else float(getattr(params, k)) for k in knobs}
     spec = StudySpec(env, scn, knobs, start, trials, tuple(range(seeds)), duration, storage=storage,
-                     study_name=study_name, converge_window=converge_window)
+                     study_name=study_name, converge_window=converge_window, hindsight=hindsight)
     say = (lambda m: click.echo(m, err=True)) if json_path != "-" else (lambda m: None)
     try:
         arms, report = run_study(spec, jobs=jobs, progress=say)
