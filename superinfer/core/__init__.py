@@ -5,7 +5,8 @@ Imports neither torch nor vLLM. Engine adapters (``superinfer.sim``, ``superinfe
 """
 
 from superinfer.core.blocks import BlockPool, KVLedger, PoolExhausted
-from superinfer.core.budget import B_XFER_BOUNDS, b_xfer_blocks, batch_token_budget, slo_token_budget
+from superinfer.core.budget import (B_XFER_BOUNDS, LIVE_BOUNDS, LIVE_INTEGER, b_xfer_blocks, batch_token_budget,
+                                    slo_token_budget)
 from superinfer.core.gate import PlanGate, batch_holds, decided_nothing
 from superinfer.core.knobs import KNOB, KNOBS, Knob, KnobError, check_knob, check_number
 from superinfer.core.planner import nothing_to_plan
@@ -41,6 +42,8 @@ from superinfer.core.vlt import compute_vlt
 
 __all__ = [
     "B_XFER_BOUNDS",
+    "LIVE_BOUNDS",
+    "LIVE_INTEGER",
     "KNOB",
     "KNOBS",
     "Knob",

@@ -14,16 +14,19 @@ from typing import Any
 
 import numpy as np
 
-from superinfer.core.types import Phase
+from superinfer.core.types import INTEGER_PARAMS, PARAM_BOUNDS, Phase
 
 DEFAULT_ETA = 0.8
 _RUNNING = int(Phase.RUNNING)
 #: ``iteration_s(prefill_tokens, prefill_attn_pairs, decode_seqs, decode_kv_tokens, prefill_ctx_tokens)``:
 #: an engine's step-time model (the twin's cost model, the vLLM plugin's calibration fit)
 IterationModel = Callable[[int, int, int, int, int], float]
-#: bounds of ``B_xfer`` (blocks per iteration per direction) where an operator or a file sets it; not a
-#: tuner knob, so not in ``PARAM_BOUNDS``
+#: bounds of ``B_xfer`` (blocks per iteration per direction) where an operator or a file sets it; the
+#: engine's, not the scheduler's, so not in ``PARAM_BOUNDS`` (the tuner narrows it to the measured budget)
 B_XFER_BOUNDS: tuple[int, int] = (0, 1_000_000)
+#: every live-settable value (``PUT /v1/params``, the tuner): the scheduler's knobs and ``b_xfer``
+LIVE_BOUNDS: dict[str, tuple[float, float]] = {**PARAM_BOUNDS, "b_xfer": B_XFER_BOUNDS}
+LIVE_INTEGER: tuple[str, ...] = tuple(INTEGER_PARAMS) + ("b_xfer",)
 #: a step sized by :func:`batch_token_budget` may take at most this many times the tightest TBT SLO among its
 #: decodes, however much slack they banked: one gap never stalls a stream for longer (the pooled-gap
 #: attainment counts such gaps as misses)

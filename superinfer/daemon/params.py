@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from superinfer.core import (B_XFER_BOUNDS, INTEGER_PARAMS, PARAM_BOUNDS, KnobError, Params, Tenant, check_knob,
-                             check_number)
+from superinfer.core import (B_XFER_BOUNDS, INTEGER_PARAMS, LIVE_BOUNDS, LIVE_INTEGER, PARAM_BOUNDS, KnobError,
+                             Params, Tenant, check_knob, check_number)
 from superinfer.core import PARAM_DEFAULTS as CORE_PARAM_DEFAULTS
 from superinfer.vllm.params import params_file_data, write_params
 
@@ -32,8 +32,8 @@ PARAM_KEYS: tuple[str, ...] = tuple(PARAM_BOUNDS)
 #: each knob's default, and the knobs that take integers (the core's)
 PARAM_DEFAULTS = CORE_PARAM_DEFAULTS
 INTEGER_PARAM_KEYS: tuple[str, ...] = INTEGER_PARAMS
-BOUNDS: dict[str, tuple[float, float]] = {**PARAM_BOUNDS, "b_xfer": B_XFER_BOUNDS}
-INTEGER_KEYS: tuple[str, ...] = INTEGER_PARAM_KEYS + ("b_xfer",)
+BOUNDS: dict[str, tuple[float, float]] = LIVE_BOUNDS  # the core's one table of live values
+INTEGER_KEYS: tuple[str, ...] = LIVE_INTEGER
 
 
 class ParamError(ValueError):

@@ -58,6 +58,7 @@ def tune(profile, profile_file, sets, scenario, workload, start_s, arrival, rps,
     from superinfer.daemon.profile_twin import traffic_of
     from superinfer.tuner.offline.scenario import SCENARIOS
     from superinfer.tuner.offline.study import StudySpec, run_study, storage_url
+    from superinfer.tuner.space import KnobSpace, SpaceError
 
     cfg = _config(profile, profile_file, {}, sets)
     g = cfg.get
@@ -84,7 +85,12 @@ def tune(profile, profile_file, sets, scenario, workload, start_s, arrival, rps,
                   base={k: float(getattr(cfg.params(), k)) for k in PARAM_BOUNDS})
     params = cfg.params()
     b_max = env.b_xfer_max()  # b_xfer: searched up to the twin's budget; not at all without a host tier
-    knobs = tuple(k for k in g("tuner", "knobs") if k != "b_xfer" or b_max > 0)
+    try:
+        space = KnobSpace(g("tuner", "knobs"), g("tuner", "step_caps"), b_max)
+    except SpaceError as exc:
+        click.echo(f"superinferd tune: tuner.{exc}", err=True)
+        sys.exit(EXIT_CONFIG)
+    knobs = space.knobs
     start = {k: float(b_max) if k == "b_xfer" else float(getattr(params, k)) for k in knobs}
     spec = StudySpec(env, scn, knobs, start, trials, tuple(range(seeds)), duration, storage=storage,
                      study_name=study_name, converge_window=converge_window, hindsight=hindsight)

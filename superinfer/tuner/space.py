@@ -1,7 +1,7 @@
 """The tuner's search space: which knobs it moves, their bounds, and how far one decision may move them.
 
-Bounds are the core's ``PARAM_BOUNDS`` (the same table ``PUT /v1/params`` checks); integer knobs are
-the core's ``INTEGER_PARAMS``. One knob is the engine's, not the scheduler's: ``b_xfer``, the KV blocks
+Bounds and integer knobs are the core's table of live values, ``LIVE_BOUNDS`` and ``LIVE_INTEGER`` (the
+same table ``PUT /v1/params`` checks). One knob is the engine's, not the scheduler's: ``b_xfer``, the KV blocks
 moved per iteration each way between HBM and host memory. Its upper bound is what the host's link was
 measured to carry (the probe's budget, or the twin's for its hardware): the tuner may lower it (fewer
 rotations per iteration), never raise it past the measurement; where no budget is known (a host with no
@@ -17,13 +17,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from superinfer.core import B_XFER_BOUNDS, INTEGER_PARAMS, PARAM_BOUNDS, PARAM_DEFAULTS
+from superinfer.core import B_XFER_BOUNDS, LIVE_BOUNDS, LIVE_INTEGER, PARAM_DEFAULTS
 
 Setting = dict[str, float]
 
-#: every knob the tuner can move: the core's, and the engine's transfer budget ``b_xfer``
-TUNABLE_BOUNDS: dict[str, tuple[float, float]] = {**PARAM_BOUNDS, "b_xfer": B_XFER_BOUNDS}
-TUNABLE_INTEGER: tuple[str, ...] = tuple(INTEGER_PARAMS) + ("b_xfer",)
+#: every knob the tuner can move: the core's live table (the scheduler's knobs and ``b_xfer``)
+TUNABLE_BOUNDS: dict[str, tuple[float, float]] = LIVE_BOUNDS
+TUNABLE_INTEGER: tuple[str, ...] = LIVE_INTEGER
 
 #: the knobs tuned unless the profile says otherwise (``max_rotations`` is a starvation guard, not a
 #: performance knob, so it is left to the operator; ``replan_steps`` trades scheduler CPU for plan

@@ -55,6 +55,10 @@ def test_tune_refuses_bad_storage_and_profile(tmp_path: Path) -> None:
     assert r.returncode == 2 and "--storage" in r.stderr
     r = tune("--profile", "nope", "--json", str(tmp_path / "a.json"))
     assert r.returncode == 2 and "no profile 'nope'" in r.stderr
+    r = tune("--profile", "chat", "--set", "tuner.knobs=min_residency", "--set", "tuner.step_caps=min_residency=0.5",
+             "--json", str(tmp_path / "a.json"))
+    assert r.returncode == 2 and "tuner.step_caps.min_residency: an integer knob needs a cap >= 1" in r.stderr
+    assert not (tmp_path / "a.json").exists()
 
 
 def test_tune_until_converged_stops_by_itself_under_the_ceiling(tmp_path: Path) -> None:
