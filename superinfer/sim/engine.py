@@ -187,21 +187,26 @@ class Simulator:
         return self.state.admit(req_id, t_arr, prompt_tokens, output_tokens, tenant=tenant, priority=priority,
                                 pred_remaining=pred_remaining, max_model_len=max_model_len)
 
+    def arrive(self, i: int) -> bool:
+        """The workload's request ``i`` arrives: True if it entered the engine, False if it was refused at
+        the door (``shed_at_admission``: its predicted wait passes its tenant's deadline; counted as shed and
+        returned by the next :meth:`shed`, a 503 in the daemon)."""
+        if self.predictor is not None and self.predictor.refuse(float(self.cfg.tenants.max_queue_s[self.tenant_index[i]])):
+            self._refused.append(i)
+            self.n_refused += 1
+            self.state.counters.arrived += 1
+            self.state.counters.shed += 1
+            return False
+        w = self.w
+        self.add(i, float(w.arrival_s[i]), int(w.prompt_tokens[i]), int(w.output_tokens[i]),
+                 tenant=int(self.tenant_index[i]), priority=int(self.priority[i]), pred_remaining=float(self.pred[i]))
+        return True
+
     def _arrive(self, now: float) -> int:
-        """Add every request arrived by ``now``; how many."""
+        """Every request arrived by ``now`` arrives (:meth:`arrive`); how many."""
         w, first = self.w, self._next
         while self._next < len(w) and w.arrival_s[self._next] <= now:
-            i = self._next
-            if self.predictor is not None and self.predictor.refuse(float(self.cfg.tenants.max_queue_s[self.tenant_index[i]])):
-                self._refused.append(i)  # never enters the engine: a 503 at the door
-                self.n_refused += 1
-                self.state.counters.arrived += 1
-                self.state.counters.shed += 1
-                self._next += 1
-                continue
-            self.add(i, float(w.arrival_s[i]), int(w.prompt_tokens[i]), int(w.output_tokens[i]),
-                     tenant=int(self.tenant_index[i]), priority=int(self.priority[i]),
-                     pred_remaining=float(self.pred[i]))
+            self.arrive(self._next)
             self._next += 1
         return self._next - first
 
@@ -212,7 +217,7 @@ class Simulator:
         refused, self._refused = self._refused, []
         return refused + (self.state.shed_expired(now, self.cfg.tenants.max_queue_s) if self._deadlines else [])
 
-    def _observe_wait(self, res: StepResult) -> None:
+    def observe_wait(self, res: StepResult) -> None:
         """Feed the admission predictor one iteration: who waits for a first token now, who got one."""
         if self.predictor is not None:
             rows = self.state.live_rows()
@@ -326,7 +331,7 @@ class Simulator:
             if now >= col.deadline:
                 break
             res = self.step(now)
-            self._observe_wait(res)
+            self.observe_wait(res)
             now = res.t_end
             col.add(res.sampled, in_window)
         return col.trace([self], sim_s=now, wall_s=time.perf_counter() - wall0)

@@ -10,8 +10,13 @@ set ``sim.cfg.params`` and, for ``b_xfer``, the simulator's transfer budget (app
 iteration, as in the daemon's sim backend). The result is
 the simulator's :class:`~superinfer.sim.engine.Trace`, recorded by the same
 :class:`~superinfer.sim.collect.Collector` as every run of the twin (so ``run_metrics`` judges every
-strategy the same way), plus the param trajectory and the controller's decisions. Unlike
-``Simulator.run`` the replay neither sheds at first-token deadlines nor charges host arrival costs.
+strategy the same way), plus the param trajectory and the controller's decisions.
+
+Like ``Simulator.run`` (and the daemon) it sheds: at arrival a request whose predicted wait passes its
+tenant's deadline (``shed_at_admission``; the controller never hears of it, as the daemon's tuner never
+hears of a 503), and before each iteration the requests still without a first token at their tenant's
+``max_queue_s`` (the controller heard their arrival and judges them as misses once past S_F). Unlike it,
+the replay charges no host arrival costs.
 """
 
 from __future__ import annotations
@@ -66,7 +71,7 @@ def replay(w: Workload, cm: CostModel, cfg: SimConfig, *, schedule: Sequence[tup
     si = 0
     n = len(w)
     wall0 = time.perf_counter()
-    col = Collector(w, cfg.drain_s)
+    col = Collector(w, cfg.drain_s, sheds=True)
     nxt, now = 0, 0.0
     next_tick = 0.0
     st = sim.state
@@ -80,12 +85,10 @@ def replay(w: Workload, cm: CostModel, cfg: SimConfig, *, schedule: Sequence[tup
             next_tick = now + tick_s
         in_window = now < col.window_end  # this iteration's tokens count towards window_tokens
         while nxt < n and w.arrival_s[nxt] <= now:
-            ta = float(w.arrival_s[nxt])
-            sim.add(nxt, ta, int(w.prompt_tokens[nxt]), int(w.output_tokens[nxt]), tenant=int(tix[nxt]),
-                    priority=int(sim.priority[nxt]), pred_remaining=float(sim.pred[nxt]))
-            if ctl is not None:
-                ctl.arrival(ta, tname[int(tix[nxt])], int(w.prompt_tokens[nxt]))
+            if sim.arrive(nxt) and ctl is not None:
+                ctl.arrival(float(w.arrival_s[nxt]), tname[int(tix[nxt])], int(w.prompt_tokens[nxt]))
             nxt += 1
+        col.shed(sim.shed(now), now)
         if len(st) == 0:
             if nxt >= n:
                 break
@@ -98,6 +101,7 @@ def replay(w: Workload, cm: CostModel, cfg: SimConfig, *, schedule: Sequence[tup
         if now >= col.deadline:
             break
         res = sim.step(now)
+        sim.observe_wait(res)
         now = res.t_end
         s = res.sampled
         col.add(s, in_window)
