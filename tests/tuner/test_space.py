@@ -87,6 +87,40 @@ def test_local_stays_in_bounds_and_caps(start: dict, u: dict, radius: float) -> 
     assert_valid(SPACE.local(start, u, radius), start)
 
 
+SWITCHES = [k for k in DEFAULT_KNOBS if k in INTEGER_PARAMS and SPACE.bounds[k] == (0, 1)]
+
+
+@pytest.mark.parametrize("radius", [0.1, 0.5, 1.0])
+@pytest.mark.parametrize("knob", SWITCHES)
+def test_a_local_step_can_flip_a_switch_at_any_radius(knob: str, radius: float) -> None:
+    """A 0/1 knob flips when ``|u| >= 1 / (radius + 1)``, and only then (rounding ``u * radius`` never
+    flipped one at the starting radius 0.5)."""
+    assert len(SWITCHES) == 3  # hopeless_last, backfill, tbt_credit
+    at = 1.0 / (radius + 1.0)
+    for start, sign in ((0.0, 1.0), (1.0, -1.0)):
+        s = SPACE.clip({knob: start})
+        assert SPACE.local(s, {knob: sign * 1.0}, radius)[knob] == 1.0 - start
+        assert SPACE.local(s, {knob: sign * (at + 1e-9)}, radius)[knob] == 1.0 - start
+        assert SPACE.local(s, {knob: sign * (at - 1e-6)}, radius)[knob] == start
+        assert SPACE.local(s, {knob: -sign}, radius)[knob] == start  # past the bound: stays
+
+
+def test_the_online_local_search_tries_the_switches_from_its_first_steps() -> None:
+    """The tuner's own local search (Optuna TPE, its random start-up steps at radius 0.5) proposes steps
+    that flip the switches from the defaults: before, none of its steps ever did."""
+    from superinfer.tuner.local import LocalSearch
+
+    start = SPACE.clip({})
+    flipped = {k: 0 for k in SWITCHES}
+    for seed in range(10):
+        search = LocalSearch(SPACE, seed=seed)
+        for _ in range(4):
+            _, cand = search.ask(start)
+            for k in SWITCHES:
+                flipped[k] += cand[k] != start[k]
+    assert all(n > 0 for n in flipped.values()), flipped
+
+
 @settings(max_examples=100, deadline=None)
 @given(s=st.fixed_dictionaries({k: ANY for k in DEFAULT_KNOBS}))
 def test_clip_is_within_bounds_and_idempotent(s: dict) -> None:
