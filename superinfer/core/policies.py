@@ -262,7 +262,8 @@ def get_policy(name: str) -> Policy:
 
 
 def ranking(snap: Snapshot, tenants: TenantTable, params: Params, now: float) -> tuple[np.ndarray, np.ndarray]:
-    """(request ids, VLT) largest VLT first: what LVF serves first."""
-    vlt = compute_vlt(snap, tenants, params, now)
+    """(request ids, VLT) largest VLT first: what ``lvf`` (RotaSched v2) serves first, so with
+    ``params.tbt_credit`` a parked request's banked TBT slack is credited as its plans credit it."""
+    vlt = compute_vlt(snap, tenants, params, now, banked_tbt=bool(params.tbt_credit))
     order = rank_order(vlt, snap.t_arr, snap.req_id)
     return snap.req_id[order], vlt[order]

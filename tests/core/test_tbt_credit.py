@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from superinfer.core import Params, compute_vlt, get_policy
+from superinfer.core import Params, compute_vlt, get_policy, ranking
 from tests.core.builders import TENANTS, cap, rotary, snap, waiting
 
 NOW = 100.0
@@ -64,6 +64,19 @@ def _first(policy: str, params: Params) -> int:
 def test_lvf_with_credit_serves_the_new_request_first_and_without_it_the_parked_one() -> None:
     assert _first("lvf", Params(tbt_credit=1)) == 2
     assert _first("lvf", Params(tbt_credit=0)) == 1
+
+
+@pytest.mark.parametrize("credit", [0, 1])
+def test_the_exported_ranking_is_the_one_lvf_plans_by(credit: int) -> None:
+    s = snap(parked(1, outputs=200, since_first=10.0, gap=0.3), waiting(2, t_arr=NOW - 2.0),
+             parked(3, outputs=20, since_first=1.0, gap=0.5))
+    params = Params(tbt_credit=credit)
+    plan = get_policy("lvf").plan(s, cap(free=0, hbm=64), params, TENANTS, NOW)
+    ids, vlt = ranking(s, TENANTS, params, NOW)
+    plan_ids, plan_vlt = plan.ranking()
+    assert ids.tolist() == plan_ids.tolist() and vlt.tolist() == pytest.approx(plan_vlt.tolist())
+    order = ids.tolist()
+    assert (order.index(2) < order.index(1)) == bool(credit)  # the credit puts the new request ahead
 
 
 def test_lvf_paper_ignores_the_knob() -> None:
