@@ -213,7 +213,8 @@ def ranking(tr: Tracker, rows: int = 6, width: int = 36) -> RenderableType:
     for r in ((tr.state or {}).get("ranking") or [])[:rows]:
         vlt = num(r.get("vlt_s"))
         phase = str(r.get("phase") or DASH)
-        g.add_row(Text(f"#{r.get('req_id')}"), Text(str(r.get("tenant") or DASH)),
+        rid = str(r.get("req_id"))  # the twin's ids are numbers, vLLM's long strings: their tail tells them apart
+        g.add_row(Text(f"#{rid}" if len(rid) <= 6 else f"…{rid[-5:]}"), Text(str(r.get("tenant") or DASH)),
                   Text(SHORT_PHASE.get(phase, phase) if short else phase),
                   Text(_vlt(vlt), style="red" if (vlt or 0) > 0 else "", justify="right"),
                   Text(duration(r.get("age_s")), justify="right"))

@@ -36,6 +36,7 @@ from vllm.v1.request import RequestStatus
 
 from superinfer.core import (Capacity, Phase, Plan, PlanGate, RequestTable, Snapshot, batch_holds, batch_token_budget,
                              decided_nothing, get_policy, nothing_to_plan, rank_order)
+from superinfer.core.view import ranking_rows
 from superinfer.vllm.connector import DuplexKVConnector, connector_extra
 from superinfer.vllm.mirror import refresh_ledger, refresh_running
 from superinfer.vllm.params import (ENV_CALIBRATION, ENV_PARAMS_FILE, ENV_POLICY, LiveParams, ParamSource,
@@ -76,6 +77,7 @@ class RotaScheduler(Scheduler):
         self.stats: collections.Counter[str] = collections.Counter()
         self.stats_file = StatsFile(os.environ.get(ENV_STATS_FILE))  # published for the daemon, each second
         self.last_plan: Plan | None = None
+        self.ranked: tuple[Plan, Snapshot, float] | None = None  # the last plan that ranked, its snapshot, time
         self.ledger = self.connector.ledger if isinstance(self.connector, DuplexKVConnector) else None
         self._r2b = self.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks
         self._hbm_blocks = max(1, int(self.kv_cache_config.num_blocks) - 1)  # block 0 is vLLM's null block
@@ -184,6 +186,8 @@ class RotaScheduler(Scheduler):
         t0 = time.perf_counter_ns()
         plan = self._plan(snap, cap, live, now)
         self.last_plan = plan
+        if plan is not None and plan.vlt_ids.shape[0]:
+            self.ranked = (plan, snap, now)
         if plan is None or plan.fcfs_fallback or plan.vlt_ids.shape[0] == 0:
             self.stats["fallback_steps" if plan is not None else "stock_steps"] += 1
             if plan is not None:
@@ -368,7 +372,9 @@ class RotaScheduler(Scheduler):
         out: dict[str, Any] = {"scheduler": dict(self.stats), "params_reloads": self.param_source.reloads,
                                "params_rejected": self.param_source.rejected,
                                "queues": dict(zip(("waiting", "rotary", "running"), self.table.phase_counts())),
-                               "step_model": {"source": "file" if self.step_model else "online"} | self.step_fit.stats()}
+                               "step_model": {"source": "file" if self.step_model else "online"} | self.step_fit.stats(),
+                               "ranking": ranking_rows(*(self.ranked or (None, None, 0.0)), self.tenants.name_of, 10,
+                                                       key=self.table.key_of)}
         if self.ledger is not None:
             out.update(ledger=dict(self.ledger.stats), host_free=self.ledger.free, host_capacity=self.ledger.capacity)
         return out

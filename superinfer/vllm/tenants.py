@@ -54,6 +54,13 @@ class RequestTenants:
             self._table = None
         return idx
 
+    def name_of(self, idx: int) -> str:
+        """The tenant name of index ``idx`` (``?`` for an index never handed out)."""
+        for (name, _, _), i in self._keys.items():
+            if i == idx:
+                return name
+        return "?"
+
     def table(self, live: LiveParams) -> TenantTable:
         """The core's tenant table, row ``i`` for index ``i``: the named tenant's SLOs, weight and priority
         from ``live`` (the default tenant's where unnamed), with the request's overrides."""

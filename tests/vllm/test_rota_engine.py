@@ -148,6 +148,8 @@ def driven(engine_cm: Callable[..., Any], prompts_for: Callable[[int], list[str]
             eng.step()
             if Phase.ROTARY in phases() and any(sched.ledger.parked(rid)[0] for rid in sched.requests):
                 break
+        obs["published"] = sched.stats_dict()["ranking"]  # what the daemon's /v1/state shows
+        obs["ranked"] = sched.ranking(10, sched.ranked[0]) if sched.ranked else []
         for i in range(len(prompts), len(prompts) + 4):  # fresh arrivals: waiting until the next step
             eng.add_request(f"r{i}", prompts[i % len(prompts)] + " again", sp)
         prompts = prompts + [""] * 4
@@ -191,6 +193,13 @@ def driven(engine_cm: Callable[..., Any], prompts_for: Callable[[int], list[str]
         obs["worker_free"] = (worker.pool_free(), worker.host_blocks)
         obs["stats"] = dict(sched.stats)
     return obs
+
+
+def test_the_plugin_publishes_its_last_ranking_for_the_dashboard(driven: dict[str, Any]) -> None:
+    rows, ranked = driven["published"], driven["ranked"]
+    assert rows and [(r["req_id"], r["vlt_s"]) for r in rows] == [(k, pytest.approx(v, abs=1e-6)) for k, v in ranked]
+    assert all(r["req_id"].startswith("r") and r["tenant"] == "default" and r["age_s"] >= 0 for r in rows)
+    assert {r["phase"] for r in rows} <= {"waiting", "rotary", "running"} and len(rows) <= 10
 
 
 def test_live_params_change_the_ranking_without_restart(driven: dict[str, Any]) -> None:

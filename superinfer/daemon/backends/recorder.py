@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from superinfer.core.view import PHASE_NAMES as PHASES
+
 if TYPE_CHECKING:
     from superinfer.core import EngineState, Tenant
     from superinfer.core.state import Counters
@@ -38,7 +40,6 @@ if TYPE_CHECKING:
     from superinfer.sim.engine import StepResult
 
 log = logging.getLogger("superinfer.daemon")
-PHASES = ("waiting", "rotary", "running")  # index = int(Phase)
 _COUNTED = ("preemptions", "rotations", "recompute_fallbacks")
 
 

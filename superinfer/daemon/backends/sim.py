@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from superinfer.core import rank_order
+from superinfer.core.view import ranking_rows
 from superinfer.core.wait import WaitPredictor
 from superinfer.daemon.backends.base import Backend, Host
-from superinfer.daemon.backends.recorder import PHASES, StepRecorder, phase_counts
+from superinfer.daemon.backends.recorder import StepRecorder, phase_counts
 from superinfer.daemon.backends.replay import Replay
 from superinfer.daemon.backends.sim_http import SimRequest, dispatch, register_openai_routes, waiter_events
 from superinfer.daemon.backends.twin import MAX_LIVE, LiveTwin
@@ -51,15 +51,11 @@ ABORTED = "aborted: the daemon is shutting down and the drain deadline passed"
 
 
 def ranking(last: StepResult | None, names: list[str], top: int) -> list[dict[str, Any]]:
-    """The ``top`` first of ``last``'s VLT ranking (largest VLT first, :func:`~superinfer.core.rank_order`):
-    ``{req_id, tenant, phase, vlt_s, age_s}``, ages at the step's start; ``names`` by tenant index."""
-    if last is None or last.plan.vlt_ids.shape[0] == 0:
+    """The ``top`` first of ``last``'s VLT ranking (:func:`~superinfer.core.view.ranking_rows`), ages at the
+    step's start; ``names`` by tenant index."""
+    if last is None:
         return []
-    plan, snap, now = last.plan, last.snapshot, last.t_start
-    order = rank_order(plan.vlt_values, plan.vlt_t_arr, plan.vlt_ids)[:top]
-    return [{"req_id": int(snap.req_id[i]), "tenant": names[int(snap.tenant[i])],
-             "phase": PHASES[int(snap.phase[i])], "vlt_s": round(float(plan.vlt_values[i]), 6),
-             "age_s": round(now - float(snap.t_arr[i]), 6)} for i in order.tolist()]
+    return ranking_rows(last.plan, last.snapshot, last.t_start, names.__getitem__, top)
 
 
 class SimBackend(Backend):

@@ -323,7 +323,7 @@ class VllmBackend(Backend):
                    "dram": p.get("dram", {"used": None, "total": None})},
             "transfer": {"h2d": None, "d2h": None, "window_s": None},
             "counters": counters,
-            "ranking": [],
+            "ranking": p.get("ranking", []),
             "rotation_events": [],
             "planner": None,
             "parallel": parallel.layout_state(self.tp, self.pp, self.executor, binding=self.cpu_binding,

@@ -188,8 +188,8 @@ class EngineChild:
 def plugin_view(stats: dict[str, Any] | None, now: float | None = None) -> dict[str, Any]:
     """RotaScheduler's published counters as ``/v1/state`` names them (the twin's: a rotation is a victim
     whose KV was parked in DRAM, a swap-in a parked request loaded back). Empty before the first
-    publication; keys the plugin did not publish are left out, and so are queues published more than
-    :data:`QUEUES_STALE_S` ago (vLLM's own counts are fresher then)."""
+    publication; keys the plugin did not publish are left out, and so are queues and the VLT ranking published
+    more than :data:`QUEUES_STALE_S` ago (vLLM's own counts are fresher then; the ranking is the last plan's)."""
     if not stats:
         return {}
     now = time.time() if now is None else now
@@ -200,8 +200,11 @@ def plugin_view(stats: dict[str, Any] | None, now: float | None = None) -> dict[
                                         "swap_ins": int(ledger.get("loads", 0)),
                                         "h2d_blocks": int(ledger.get("swap_in_blocks", 0)),
                                         "d2h_blocks": int(ledger.get("swap_out_blocks", 0)) + int(ledger.get("sync_blocks", 0))}}
-    if isinstance(stats.get("queues"), dict) and now - float(stats.get("published_at") or 0) <= QUEUES_STALE_S:
+    fresh = now - float(stats.get("published_at") or 0) <= QUEUES_STALE_S
+    if isinstance(stats.get("queues"), dict) and fresh:
         out["queues"] = {k: int(stats["queues"].get(k, 0)) for k in ("waiting", "rotary", "running")}
+    if isinstance(stats.get("ranking"), list) and fresh:
+        out["ranking"] = [r for r in stats["ranking"] if isinstance(r, dict)]
     if "host_capacity" in stats:
         out["dram"] = {"used": int(stats["host_capacity"]) - int(stats.get("host_free", 0)),
                        "total": int(stats["host_capacity"])}
