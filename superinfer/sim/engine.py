@@ -188,9 +188,9 @@ class Simulator:
                                 pred_remaining=pred_remaining, max_model_len=max_model_len)
 
     def arrive(self, i: int) -> bool:
-        """The workload's request ``i`` arrives: True if it entered the engine, False if it was refused at
+        """The workload's request ``i`` arrives: True if it entered the engine; False if it was refused at
         the door (``shed_at_admission``: its predicted wait passes its tenant's deadline; counted as shed and
-        returned by the next :meth:`shed`, a 503 in the daemon)."""
+        returned by the next :meth:`shed`, a 503 in the daemon) or can never run (:meth:`add`)."""
         if self.predictor is not None and self.predictor.refuse(float(self.cfg.tenants.max_queue_s[self.tenant_index[i]])):
             self._refused.append(i)
             self.n_refused += 1
@@ -198,9 +198,9 @@ class Simulator:
             self.state.counters.shed += 1
             return False
         w = self.w
-        self.add(i, float(w.arrival_s[i]), int(w.prompt_tokens[i]), int(w.output_tokens[i]),
-                 tenant=int(self.tenant_index[i]), priority=int(self.priority[i]), pred_remaining=float(self.pred[i]))
-        return True
+        return self.add(i, float(w.arrival_s[i]), int(w.prompt_tokens[i]), int(w.output_tokens[i]),
+                        tenant=int(self.tenant_index[i]), priority=int(self.priority[i]),
+                        pred_remaining=float(self.pred[i]))
 
     def _arrive(self, now: float) -> int:
         """Every request arrived by ``now`` arrives (:meth:`arrive`); how many."""

@@ -39,6 +39,7 @@ def test_the_replay_sheds_the_requests_the_run_loop_sheds(at_admission: bool) ->
     w, run, rep = both(20.0, at_admission)
     shed_run, shed_rep = ~np.isnan(run.t_shed), ~np.isnan(rep.t_shed)
     assert shed_run.sum() > 0  # the deadline binds on this traffic
+    assert (rep.counters["shed_predicted"] > 0) == at_admission  # and the door refuses with the predictor on
     np.testing.assert_array_equal(shed_rep, shed_run)
     np.testing.assert_allclose(rep.t_shed[shed_rep], run.t_shed[shed_run])
     m_run, m_rep = (run_metrics(t, table(20.0), w.duration_s) for t in (run, rep))

@@ -3,7 +3,7 @@
 
 The loop is :meth:`superinfer.sim.engine.Simulator.run`'s (arrivals join, one ``step`` per iteration,
 jump to the next arrival when idle, drain after the last arrival), driven from outside through the
-simulator's public ``add`` and ``step``: the controller sees every arrival (``arrival``), every first
+simulator's public ``arrive``, ``shed``, ``step`` and ``observe_wait``: the controller sees every arrival (``arrival``), every first
 token (``first_token``, judged against the tenant's S_F) and every finish (``finished``, mean TBT
 against S_B), all on the simulator's clock, and is ticked every ``tick_s`` virtual seconds. Its writes
 set ``sim.cfg.params`` and, for ``b_xfer``, the simulator's transfer budget (applied from the next
@@ -12,11 +12,13 @@ the simulator's :class:`~superinfer.sim.engine.Trace`, recorded by the same
 :class:`~superinfer.sim.collect.Collector` as every run of the twin (so ``run_metrics`` judges every
 strategy the same way), plus the param trajectory and the controller's decisions.
 
-Like ``Simulator.run`` (and the daemon) it sheds: at arrival a request whose predicted wait passes its
-tenant's deadline (``shed_at_admission``; the controller never hears of it, as the daemon's tuner never
-hears of a 503), and before each iteration the requests still without a first token at their tenant's
-``max_queue_s`` (the controller heard their arrival and judges them as misses once past S_F). Unlike it,
-the replay charges no host arrival costs.
+Like ``Simulator.run`` it sheds: before each iteration the requests still without a first token at their
+tenant's ``max_queue_s`` (as the daemon does; the controller heard their arrival and judges them misses
+once past S_F), and with ``shed_at_admission`` at arrival a request whose predicted wait passes its
+tenant's deadline (as ``Simulator.run`` and the daemon's HTTP front do; the controller never hears of it,
+as the daemon's tuner never hears of a 503). Only a request the engine accepts is an ``arrival`` for the
+controller (one too large ever to run is not, as in the daemon). Unlike ``Simulator.run`` the replay
+charges no host arrival or wake-up costs (its other host costs are the step's).
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ def replay(w: Workload, cm: CostModel, cfg: SimConfig, *, schedule: Sequence[tup
             next_tick = now + tick_s
         in_window = now < col.window_end  # this iteration's tokens count towards window_tokens
         while nxt < n and w.arrival_s[nxt] <= now:
-            if sim.arrive(nxt) and ctl is not None:
+            if sim.arrive(nxt) and ctl is not None:  # accepted by the engine
                 ctl.arrival(float(w.arrival_s[nxt]), tname[int(tix[nxt])], int(w.prompt_tokens[nxt]))
             nxt += 1
         col.shed(sim.shed(now), now)
@@ -95,6 +97,7 @@ def replay(w: Workload, cm: CostModel, cfg: SimConfig, *, schedule: Sequence[tup
             now = max(float(w.arrival_s[nxt]), now)
             if ctl is not None and next_tick < now:  # idle: tick through the gap
                 while next_tick <= now:
+                    clock["now"] = next_tick  # a write in this tick is dated when it happens
                     ctl.tick(next_tick)
                     next_tick += tick_s
             continue
