@@ -14,9 +14,9 @@ from collections.abc import Iterable, Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, disable_created_metrics, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from superinfer.core.view import PHASE_NAMES as PHASES
 from superinfer.daemon.params import PARAM_KEYS
 
-PHASES = ("waiting", "rotary", "running")
 DIRECTIONS = ("h2d", "d2h")
 TIERS = ("hbm", "dram")
 SLOS = ("ttft", "tbt", "both")

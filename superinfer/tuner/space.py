@@ -142,10 +142,11 @@ class KnobSpace:
         """A local step: knob ``k`` moves by ``u[k] * radius * cap[k]`` (``u`` in [-1, 1], ``radius`` in
         (0, 1]: the trust region as a share of the step caps). An integer knob moves by whole units,
         ``trunc(u[k] * (radius * cap[k] + 1))``: the region reaches one unit past ``radius * cap``, so a 0/1
-        switch (cap 1) flips when ``u`` points to its other value with ``|u| >= 1 / (radius + 1)`` (one uniform
-        draw in six at the starting radius 0.5, one in 22 at the smallest, 0.1). Rounding ``u * radius * cap`` instead never flipped one at a
-        radius of 0.5 or less: ``hopeless_last``, ``backfill`` and ``tbt_credit`` stayed where they started
-        (e.g. ``tbt_credit`` 1 on the ``reasoning`` profile, 22 pp below 0, in all 12 of its local steps)."""
+        switch (cap 1) flips when ``u`` points to its other value with ``|u| >= 1 / (radius + 1)`` (one
+        uniform draw in six at the starting radius 0.5, one in 22 at the smallest, 0.1). Rounding
+        ``u * radius * cap`` instead never flipped one at a radius of 0.5 or less: ``hopeless_last``,
+        ``backfill`` and ``tbt_credit`` stayed where they started (e.g. ``tbt_credit`` 1 on the ``reasoning``
+        profile, 22 pp below 0, in all 12 of its local steps)."""
         if not 0 < radius <= 1:
             raise SpaceError(f"radius: expected 0 < radius <= 1, got {radius!r}")
         base = self.clip(start)

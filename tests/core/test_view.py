@@ -6,7 +6,6 @@ import pytest
 
 from superinfer.core import Params, Tenant, TenantTable, get_policy
 from superinfer.core.view import PHASE_NAMES, ranking_rows
-from superinfer.daemon.backends.vllm_child import QUEUES_STALE_S, plugin_view
 from tests.core.builders import cap, rotary, running, snap, waiting
 
 NOW = 100.0
@@ -39,11 +38,3 @@ def test_top_and_requests_that_left_are_skipped() -> None:
     rows = ranking_rows(plan, s, NOW, NAMES.__getitem__, 2, key=lambda rid: None if rid == left else f"req-{rid}")
     assert [r["req_id"] for r in rows] == [f"req-{i}" for i in ids[1:3]]
     assert ranking_rows(None, s, NOW, NAMES.__getitem__, 5) == [] and ranking_rows(plan, None, NOW, str, 5) == []
-
-
-def test_the_daemon_shows_the_plugins_ranking_only_while_fresh() -> None:
-    rows = [{"req_id": "cmpl-1", "tenant": "chat", "phase": "waiting", "vlt_s": 1.5, "age_s": 6.0}]
-    published = {"scheduler": {}, "ranking": rows + ["junk"], "published_at": 1000.0}
-    assert plugin_view(published, now=1000.5)["ranking"] == rows
-    assert "ranking" not in plugin_view(published, now=1000.0 + QUEUES_STALE_S + 1)
-    assert "ranking" not in plugin_view({"scheduler": {}, "published_at": 1000.0}, now=1000.5)

@@ -3,8 +3,8 @@
 
 The loop is :meth:`superinfer.sim.engine.Simulator.run`'s (arrivals join, one ``step`` per iteration,
 jump to the next arrival when idle, drain after the last arrival), driven from outside through the
-simulator's public ``arrive``, ``shed``, ``step`` and ``observe_wait``: the controller sees every arrival (``arrival``), every first
-token (``first_token``, judged against the tenant's S_F) and every finish (``finished``, mean TBT
+simulator's public ``arrive``, ``shed``, ``step`` and ``observe_wait``: the controller sees every arrival
+(``arrival``), every first token (``first_token``, judged against the tenant's S_F) and every finish (``finished``, mean TBT
 against S_B), all on the simulator's clock, and is ticked every ``tick_s`` virtual seconds. Its writes
 set ``sim.cfg.params`` and, for ``b_xfer``, the simulator's transfer budget (applied from the next
 iteration, as in the daemon's sim backend). The result is
