@@ -67,6 +67,7 @@ def main() -> None:
         "tuner": "superinfer.bench.tuner.cli:bench_tuner",
         "opprofile": "superinfer.bench.costmodel.cli:opprofile",
         "costmodel": "superinfer.bench.costmodel.cli:costmodel",
+        "overhead": "superinfer.bench.engine.overhead:bench_overhead",
     },
 )
 def bench() -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from superinfer.core.policies import ROTATING_POLICIES, core_policy_name
 from superinfer.sim import calibration as calib
 from superinfer.sim.costmodel import CostModel
 from superinfer.sim.fabric import Fabric, get_fabric
@@ -42,21 +43,29 @@ def overlaps(policy: str) -> bool:
     return policy != "lvf-nooverlap"
 
 
+def schedules_async(policy: str) -> bool:
+    """Whether ``policy`` runs on vLLM's own scheduler, which schedules asynchronously by default (its host
+    work overlaps the GPU's); the plugin's policies (``lvf`` and its variants) schedule synchronously."""
+    return core_policy_name(policy) not in ROTATING_POLICIES
+
+
 def build_cost_model(model: str | ModelProfile, hardware: str | HardwareProfile, block_size: int = 16, *,
                      calibration: Calibration | str | None = None, gpu_costs: str = "datasheet",
                      overlap: bool = True, layout: Layout | None = None,
-                     fabric: Fabric | str | None = None) -> CostModel:
+                     fabric: Fabric | str | None = None, async_host: bool = False) -> CostModel:
     """The twin's cost model (see the module docstring). ``calibration``: a loaded calibration or a path
     to one (empty: none); ``layout``: a :class:`ParallelCostModel` on that layout, connected by ``fabric``
-    (a fabric or its name; None: the hardware's plain one)."""
+    (a fabric or its name; None: the hardware's plain one); ``async_host``: the grounded costs' host work
+    overlaps the GPU's (:func:`schedules_async`; the datasheet roofline's constant overhead is always added)."""
     m = get_model(model) if isinstance(model, str) else model
     hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
     cal = (calib.load(calibration) if calibration else None) if isinstance(calibration, str) else calibration
     terms, cpu_line = gpu_cost_terms(gpu_costs)
     if layout is None:
-        return CostModel(m, hw, block_size, cal, overlap=overlap, duplex=overlap, gpu_terms=terms, cpu_line=cpu_line)
+        return CostModel(m, hw, block_size, cal, overlap=overlap, duplex=overlap, gpu_terms=terms, cpu_line=cpu_line,
+                         async_host=async_host)
     if cal is not None:
         raise ValueError("a parallel layout's cost model takes no calibration")
     fab = fabric if isinstance(fabric, Fabric) else get_fabric(hw.name, fabric)
     return ParallelCostModel(m, hw, block_size, layout, fab, overlap=overlap, duplex=overlap, gpu_terms=terms,
-                             cpu_line=cpu_line)
+                             cpu_line=cpu_line, async_host=async_host)

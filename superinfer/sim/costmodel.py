@@ -74,14 +74,14 @@ class CostModel:
     """
 
     __slots__ = ("model", "hardware", "block_size", "calibration", "overlap", "duplex", "block_bytes",
-                 "h2d_bw", "d2h_bw", "duplex_factor", "overhead_s", "_fit", "_grounded",
+                 "h2d_bw", "d2h_bw", "duplex_factor", "overhead_s", "_fit", "_grounded", "async_host",
                  "_s_per_mm_token", "_s_per_pair", "_s_dense_weights", "_s_expert_weights",
                  "_log_expert_miss", "_moe", "_s_per_kv_token",
                  "_h2d_s_per_block", "_d2h_s_per_block", "_h2d_dup_s_per_block", "_d2h_dup_s_per_block")
 
     def __init__(self, model: ModelProfile, hardware: HardwareProfile, block_size: int,
                  calibration: Calibration | None = None, *, overlap: bool = True, duplex: bool = True,
-                 gpu_terms: Terms | None = None, cpu_line: bool = True) -> None:
+                 gpu_terms: Terms | None = None, cpu_line: bool = True, async_host: bool = False) -> None:
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
             raise ValueError(f"block_size: expected an integer > 0, got {block_size!r}")
         if calibration is not None and gpu_terms is not None:
@@ -92,6 +92,7 @@ class CostModel:
         self.calibration = calibration
         self.overlap = bool(overlap)
         self.duplex = bool(duplex)
+        self.async_host = bool(async_host)  # grounded costs: host work hidden under the GPU's (max, not +)
         self.block_bytes = block_size * model.kv_bytes_per_token
 
         # --- datasheet roofline constants
@@ -142,8 +143,9 @@ class CostModel:
         if tokens <= 0:
             return 0.0
         if self._grounded is not None:
-            return self._grounded.iteration_s(prefill_tokens, prefill_attn_pairs, decode_seqs, decode_kv_tokens,
-                                              prefill_ctx_tokens)
+            gpu, host = self._grounded.parts_s(prefill_tokens, prefill_attn_pairs, decode_seqs, decode_kv_tokens,
+                                               prefill_ctx_tokens)
+            return self.with_host(gpu, host)
         if self._fit is not None:
             return self._fit(prefill_tokens, prefill_attn_pairs, decode_seqs, decode_kv_tokens, prefill_ctx_tokens)
         compute = self._s_per_mm_token * tokens + self._s_per_pair * (prefill_attn_pairs + decode_kv_tokens)
@@ -152,6 +154,12 @@ class CostModel:
             weights += self._s_expert_weights * -math.expm1(self._log_expert_miss * tokens)
         memory = weights + self._s_per_kv_token * (decode_kv_tokens + prefill_ctx_tokens + tokens)
         return (compute if compute > memory else memory) + self.overhead_s
+
+    def with_host(self, gpu_s: float, host_s: float) -> float:
+        """An iteration of ``gpu_s`` on the GPU and ``host_s`` on the CPU: overlapped under async scheduling."""
+        if self.async_host:
+            return gpu_s if gpu_s > host_s else host_s
+        return gpu_s + host_s
 
     def transfer_s(self, h2d_blocks: int, d2h_blocks: int) -> float:
         """Wall time to copy ``h2d_blocks`` in and ``d2h_blocks`` out (duplex if this model has it)."""

@@ -3,7 +3,9 @@
 The datasheet twin prices a whole iteration as one roofline, ``max(compute, memory) + overhead``. The
 grounded one adds up what the engine runs, one operator after another:
 
-    iteration = layers · layer(T) + embedding(T) + lm_head(S) + attention + cpu(B)
+    gpu       = layers · layer(T) + embedding(T) + lm_head(S) + attention
+    iteration = gpu + host(B)              (the plugin: vLLM scheduling synchronously)
+              = max(gpu, host(B))          (stock vLLM: async scheduling, its default)
 
 * ``layer(T)``: the fitted time of one layer's four GEMMs and its norms, RoPE, activation and adds on one
   TP shard at ``T`` batched tokens (:class:`~superinfer.sim.gputerms.GpuTerms`). With the embedding it
@@ -14,10 +16,16 @@ grounded one adds up what the engine runs, one operator after another:
 * ``attention``: a roofline of its FLOPs and KV bytes with the measured part's fitted attention terms
   (measured on the lent H200 only: decode and causal prefill through SDPA) plus their fixed cost per
   layer; for a part without attention measurements, at its fitted GEMM efficiencies (an assumption).
-* ``cpu(B)``: the fitted CPU line for the TP degree (``base + per_seq · B``, ``B`` the sequences in the
-  batch); measured on the engine Vidur profiled (Sarathi-Serve on an A100 host), not on vLLM. With
+* ``host(B)``: vLLM's own host work per step (``base + per_seq · B``, ``B`` the sequences in the batch),
+  measured by ``superinferd bench overhead`` on vLLM 0.32 (:data:`HOST_LINE`; this project's CPU host). At
+  TP ≥ 2 its base grows by what Vidur measured between TP 1 and that TP on its engine (the executor's
+  per-step broadcast; Sarathi-Serve with Ray on an A100 host, the only TP measurement). With
   ``cpu_line=False`` (``--gpu-costs grounded-gpu``) the hardware profile's constant overhead instead, to
   show what each part moves.
+* **async scheduling**: vLLM (≥ 0.11, default on) schedules and prepares step n+1 while the GPU runs
+  step n, so its host work hides under the GPU's unless it is longer (``max``). The plugin's scheduler
+  refuses async scheduling (:mod:`superinfer.vllm.scheduler`: block ids must be final at ``schedule()``),
+  so ``lvf`` and its variants pay it after the GPU (``+``): :func:`superinfer.sim.build.schedules_async`.
 
 With tensor parallelism, :class:`~superinfer.sim.parallel.ParallelCostModel` adds the all-reduces at the
 fitted ``latency + size / bw`` of the fabric and rank count where they were measured (:func:`link_for`),
@@ -29,6 +37,7 @@ datasheet peak is applied to that profile's own peaks. MoE models are refused (n
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
@@ -68,8 +77,10 @@ FABRIC_STAND_INS = {("h200-sxm", "dgx-h200"): "h100_dgx", ("gh200", "nvl2"): "h1
 #: fitted GPU terms with the hardware profile's constant overhead
 GPU_COSTS = ("datasheet", "grounded", "grounded-gpu")
 
-#: the CPU line used for every GPU (the only CPU profile measured)
+#: Vidur's CPU lines (by TP) whose growth with TP is added to vLLM's measured TP-1 line
 CPU_SOURCE = "a100"
+#: vLLM's host work per step, measured here (superinferd bench overhead --build-tiny DIR --json FILE)
+HOST_LINE = Path(__file__).resolve().parent / "vllm_host.json"
 
 
 @lru_cache(maxsize=4)
@@ -104,11 +115,31 @@ def link_for(terms: Terms, hardware: str, fabric: str, ranks: int) -> LinkTerms 
     return None if folder is None else terms.all_reduce.get(f"{folder}/{ranks}")
 
 
-def cpu_for(terms: Terms, tp: int) -> CpuTerms | None:
-    """The CPU line of the largest measured TP degree <= ``tp`` (None: none measured)."""
+@lru_cache(maxsize=4)
+def host_line(path: str = str(HOST_LINE)) -> CpuTerms:
+    """vLLM's measured host line from a ``bench overhead`` JSON file; ValueError naming the file otherwise."""
+    try:
+        with open(path) as f:
+            fit = json.load(f)["fit"]
+        base, per_seq = fit["base_s"], fit["per_seq_s"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a `bench overhead` result with fit.base_s and fit.per_seq_s ({exc})") from None
+    for name, v in (("base_s", base), ("per_seq_s", per_seq)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+            raise ValueError(f"{path}: fit.{name}: expected seconds in [0, 1), got {v!r}")
+    return CpuTerms(base_s=float(base), per_seq_s=float(per_seq), rows=0)
+
+
+def cpu_for(terms: Terms, tp: int, host: CpuTerms | None = None) -> CpuTerms:
+    """The host line at ``tp``: ``host`` (default :func:`host_line`) with its base raised by the growth Vidur
+    measured from TP 1 to the largest measured TP degree <= ``tp``."""
+    host = host_line() if host is None else host
     lines = {int(k.split("/tp")[1]): v for k, v in terms.cpu.items() if k.startswith(f"{CPU_SOURCE}/tp")}
     fits = [d for d in lines if d <= tp]
-    return lines[max(fits)] if fits else None
+    if tp <= 1 or 1 not in lines or not fits:
+        return host
+    grow = max(lines[max(fits)].base_s - lines[1].base_s, 0.0)
+    return replace(host, base_s=host.base_s + grow)
 
 
 class GroundedPricer:
@@ -136,9 +167,10 @@ class GroundedPricer:
         self._attn_s_per_kv = 2.0 * model.layers * s1.kv_heads * model.head_dim * BF16_BYTES / (g.hbm_bw * a.eff_bw)
         self._attn_fixed_s = model.layers * a.fixed_s
         # hot-path tables, grown on demand: by batched tokens (layers + embedding) and by sampled rows
-        # (LM head + CPU), so one iteration is two lookups and a roofline
+        # (LM head; host work), so one iteration is three lookups and a roofline
         self._by_tokens = np.zeros(1, dtype=float)
         self._by_rows = np.zeros(1, dtype=float)
+        self._host_rows = np.zeros(1, dtype=float)
 
     def layers_s(self, tokens: np.ndarray) -> np.ndarray:
         """layers x one layer's GEMMs and elementwise operators (the embedding excluded), per token count."""
@@ -155,24 +187,37 @@ class GroundedPricer:
         return out
 
     def _rows_table(self, rows: np.ndarray) -> np.ndarray:
-        """The LM head over ``rows`` sampled rows and the CPU's work for a batch of that many sequences."""
+        """The LM head over ``rows`` sampled rows (0 for none)."""
         r = rows.astype(float)
         lm_n, h = self._vocab, self._hidden
         lm_head = self.gpu.gemm_s(2.0 * r * lm_n * h, (lm_n * h + r * (h + lm_n)) * BF16_BYTES)
-        cpu = self.overhead_s if self.cpu is None else self.cpu.base_s + self.cpu.per_seq_s * r
-        return np.where(rows > 0, lm_head, 0.0) + cpu
+        return np.where(rows > 0, lm_head, 0.0)
 
-    def iteration_s(self, prefill_tokens: int, prefill_attn_pairs: float, decode_seqs: int,
-                    decode_kv_tokens: int, prefill_ctx_tokens: int = 0) -> float:
+    def _host_table(self, rows: np.ndarray) -> np.ndarray:
+        """The host's work for a batch of ``rows`` sequences: the measured line, or the constant overhead."""
+        if self.cpu is None:
+            return np.full(len(rows), self.overhead_s)
+        return self.cpu.base_s + self.cpu.per_seq_s * rows.astype(float)
+
+    def parts_s(self, prefill_tokens: int, prefill_attn_pairs: float, decode_seqs: int,
+                decode_kv_tokens: int, prefill_ctx_tokens: int = 0) -> tuple[float, float]:
+        """``(gpu, host)`` seconds of one iteration; ``(0, 0)`` when nothing runs."""
         tokens = prefill_tokens + decode_seqs
         if tokens <= 0:
-            return 0.0
+            return 0.0, 0.0
         rows = decode_seqs + (1 if prefill_tokens > 0 else 0)  # sampled rows = sequences in the batch
         if tokens >= len(self._by_tokens):
             self._by_tokens = self._tokens_table(np.arange(max(2 * len(self._by_tokens), tokens + 1, 1024)))
         if rows >= len(self._by_rows):
-            self._by_rows = self._rows_table(np.arange(max(2 * len(self._by_rows), rows + 1, 256)))
+            grown = np.arange(max(2 * len(self._by_rows), rows + 1, 256))
+            self._by_rows, self._host_rows = self._rows_table(grown), self._host_table(grown)
         compute = self._attn_s_per_pair * (prefill_attn_pairs + decode_kv_tokens)
         memory = self._attn_s_per_kv * (decode_kv_tokens + prefill_ctx_tokens + tokens)
         attention = self._attn_fixed_s + (compute if compute > memory else memory)
-        return float(self._by_tokens[tokens] + self._by_rows[rows]) + attention
+        return float(self._by_tokens[tokens] + self._by_rows[rows]) + attention, float(self._host_rows[rows])
+
+    def iteration_s(self, prefill_tokens: int, prefill_attn_pairs: float, decode_seqs: int,
+                    decode_kv_tokens: int, prefill_ctx_tokens: int = 0) -> float:
+        """GPU then host, one after the other (synchronous scheduling)."""
+        gpu, host = self.parts_s(prefill_tokens, prefill_attn_pairs, decode_seqs, decode_kv_tokens, prefill_ctx_tokens)
+        return gpu + host

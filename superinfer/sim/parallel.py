@@ -93,13 +93,13 @@ class ParallelCostModel(CostModel):
 
     def __init__(self, model: ModelProfile, hardware: HardwareProfile, block_size: int, layout: Layout,
                  fabric: Fabric | None = None, *, overlap: bool = True, duplex: bool = True,
-                 gpu_terms: Terms | None = None, cpu_line: bool = True) -> None:
+                 gpu_terms: Terms | None = None, cpu_line: bool = True, async_host: bool = False) -> None:
         problems = layout_problems(layout.tp, layout.pp, heads=model.heads, kv_heads=model.kv_heads,
                                    layers=model.layers, intermediate=model.intermediate)
         if problems:
             raise ValueError(f"{model.name} at {layout}: " + "; ".join(problems))
         shard = rank_shard(model, layout.tp)
-        super().__init__(shard, hardware, block_size, None, overlap=overlap, duplex=duplex)
+        super().__init__(shard, hardware, block_size, None, overlap=overlap, duplex=duplex, async_host=async_host)
         self.fabric = fabric if fabric is not None else get_fabric(hardware.name)
         self.tp_allreduce = None  # fitted all-reduce of the TP group (grounded costs, where measured)
         if gpu_terms is not None:  # one rank's shard of the full model, TP-aware
@@ -145,11 +145,17 @@ class ParallelCostModel(CostModel):
                     decode_kv_tokens: int, prefill_ctx_tokens: int = 0) -> float:
         """One rank's compute over all layers plus the traversal's collectives; 0.0 when nothing runs.
         Sampled rows are counted as the decodes plus one per iteration with prefill (a lower bound)."""
+        tokens = prefill_tokens + decode_seqs
+        if self._grounded is not None:  # the collectives are GPU time: the host overlaps (or follows) both
+            gpu, host = self._grounded.parts_s(prefill_tokens, prefill_attn_pairs, decode_seqs, decode_kv_tokens,
+                                               prefill_ctx_tokens)
+            if gpu > 0.0 and self.layout.world > 1:
+                gpu += self.comm(tokens, decode_seqs + (1 if prefill_tokens > 0 else 0)).comm_s
+            return self.with_host(gpu, host)
         base = super().iteration_s(prefill_tokens, prefill_attn_pairs, decode_seqs, decode_kv_tokens,
                                    prefill_ctx_tokens)
         if base <= 0.0 or self.layout.world == 1:
             return base
-        tokens = prefill_tokens + decode_seqs
         return base + self.comm(tokens, decode_seqs + (1 if prefill_tokens > 0 else 0)).comm_s
 
     # ---- capacities ------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from superinfer.core import Tenant, TenantTable
-from superinfer.sim.build import build_cost_model, overlaps
+from superinfer.sim.build import build_cost_model, overlaps, schedules_async
 from superinfer.sim.engine import SIM_POLICIES, SimConfig
 from superinfer.sim.fabric import get_fabric
 from superinfer.sim.fleet import BALANCERS, Fleet
@@ -141,7 +141,8 @@ def evaluate(spec: PlanSpec, cand: Candidate) -> dict:
     """Simulate one configuration on every seed; the means, in ``configs`` form."""
     model = get_model(spec.model)
     cm = build_cost_model(model, spec.hardware, spec.block_size, gpu_costs=spec.gpu_costs,
-                          overlap=overlaps(cand.policy), layout=Layout(cand.tp, cand.pp), fabric=spec.fabric)
+                          overlap=overlaps(cand.policy), layout=Layout(cand.tp, cand.pp), fabric=spec.fabric,
+                          async_host=schedules_async(cand.policy))
     tenants = TenantTable([Tenant("default", spec.ttft_slo, spec.tbt_slo)])
     runs = []
     for seed in range(spec.seeds):

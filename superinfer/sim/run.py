@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from superinfer.core import Params, TenantTable
-from superinfer.sim.build import build_cost_model, overlaps
+from superinfer.sim.build import build_cost_model, overlaps, schedules_async
 from superinfer.sim.costmodel import CostModel
 from superinfer.sim.engine import SimConfig, Simulator
 from superinfer.sim.metrics import run_metrics
@@ -50,7 +50,8 @@ class RunSpec:
 
 def cost_model(spec: RunSpec) -> CostModel:
     return build_cost_model(spec.model, spec.hardware, spec.block_size, calibration=spec.calibration,
-                            gpu_costs=spec.gpu_costs, overlap=overlaps(spec.policy))
+                            gpu_costs=spec.gpu_costs, overlap=overlaps(spec.policy),
+                            async_host=schedules_async(spec.policy))
 
 
 def run_one(spec: RunSpec) -> dict:
