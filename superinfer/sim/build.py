@@ -43,10 +43,19 @@ def overlaps(policy: str) -> bool:
     return policy != "lvf-nooverlap"
 
 
-def schedules_async(policy: str) -> bool:
-    """Whether ``policy`` runs on vLLM's own scheduler, which schedules asynchronously by default (its host
-    work overlaps the GPU's); the plugin's policies (``lvf`` and its variants) schedule synchronously."""
-    return core_policy_name(policy) not in ROTATING_POLICIES
+#: whose host work overlaps the GPU's: as each engine does (``auto``), or, to ask "what if", every policy's
+#: (``all``) or none (``none``)
+HOST_OVERLAP = ("auto", "all", "none")
+
+
+def schedules_async(policy: str, host_overlap: str = "auto") -> bool:
+    """Whether ``policy``'s host work overlaps the GPU's. ``auto``: a policy on vLLM's own scheduler does
+    (async scheduling, vLLM's default), the plugin's (``lvf`` and its variants) does not (it schedules
+    synchronously); ``all`` / ``none`` override that for every policy (ValueError on an unknown policy or mode)."""
+    core = core_policy_name(policy)
+    if host_overlap not in HOST_OVERLAP:
+        raise ValueError(f"host_overlap: expected one of {', '.join(HOST_OVERLAP)}, got {host_overlap!r}")
+    return core not in ROTATING_POLICIES if host_overlap == "auto" else host_overlap == "all"
 
 
 def build_cost_model(model: str | ModelProfile, hardware: str | HardwareProfile, block_size: int = 16, *,

@@ -43,6 +43,7 @@ class RunSpec:
     sjf_noise: float = 0.0
     calibration: str | None = None
     gpu_costs: str = "datasheet"  # superinfer.sim.grounded.GPU_COSTS
+    host_overlap: str = "auto"  # superinfer.sim.build.HOST_OVERLAP (grounded costs only)
     skip_bad: bool = False
     variant: str = ""
     shed_at_admission: bool = False
@@ -51,7 +52,7 @@ class RunSpec:
 def cost_model(spec: RunSpec) -> CostModel:
     return build_cost_model(spec.model, spec.hardware, spec.block_size, calibration=spec.calibration,
                             gpu_costs=spec.gpu_costs, overlap=overlaps(spec.policy),
-                            async_host=schedules_async(spec.policy))
+                            async_host=schedules_async(spec.policy, spec.host_overlap))
 
 
 def run_one(spec: RunSpec) -> dict:

@@ -100,3 +100,27 @@ def test_a_host_line_from_a_bench_result_is_read_as_written(tmp_path):
     assert host_line(str(f)) == CpuTerms(base_s=0.001, per_seq_s=2e-5, rows=0)
     big = cpu_for(shipped_terms(), 1, host_line(str(f)))
     assert big.overhead_s(100) == pytest.approx(0.003)
+
+
+def test_what_if_every_policy_or_none_overlapped_its_host():
+    assert schedules_async("lvf", "all") and not schedules_async("vllm", "none")
+    assert schedules_async("lvf", "auto") is False and schedules_async("sarathi", "auto") is True
+    with pytest.raises(ValueError, match="host_overlap: expected one of auto, all, none"):
+        schedules_async("lvf", "sometimes")
+
+
+def test_bench_sim_asks_what_if_only_of_the_grounded_twin():
+    from click.testing import CliRunner
+
+    from superinfer.cli import main
+
+    args = ["bench", "sim", "--model", "llama-3-8b", "--workload", "sharegpt", "--rps", "40", "--duration", "10",
+            "--seeds", "1", "--policies", "lvf", "--workers", "1", "--json", "-"]
+    res = CliRunner().invoke(main, args + ["--host-overlap", "all"])
+    assert res.exit_code == 2 and "give --gpu-costs grounded" in res.output
+    runs = {}
+    for mode in ("auto", "all"):
+        res = CliRunner().invoke(main, args + ["--gpu-costs", "grounded", "--host-overlap", mode])
+        assert res.exit_code == 0, res.output
+        runs[mode] = json.loads(res.output)["runs"][0]
+    assert runs["all"]["throughput_tok_s"] > runs["auto"]["throughput_tok_s"]  # the host no longer follows the GPU

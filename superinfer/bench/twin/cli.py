@@ -12,6 +12,7 @@ from superinfer.bench.output import keep_runs, write_result
 from superinfer.bench.twin.capacity import capacity_lines, slo_capacity
 from superinfer.bench.twin.grid import grid, run_grid
 from superinfer.core import PARAM_BOUNDS, Params, Tenant, TenantTable
+from superinfer.sim.build import HOST_OVERLAP
 from superinfer.sim.engine import SIM_POLICIES
 from superinfer.sim.grounded import GPU_COSTS
 from superinfer.sim.options import knob_options, positive_floats, start_s_option, with_start
@@ -88,8 +89,11 @@ def _tenants(value: str | None, ttft: float, tbt: float) -> tuple[TenantTable, t
 @click.option("--calibration", default=None, type=click.Path(exists=True, dir_okay=False), help="Measured calibration JSON.")
 @click.option("--gpu-costs", type=click.Choice(GPU_COSTS), default="datasheet", show_default=True,
               help="GPU iteration costs: the datasheet roofline; operator terms fitted to measured A100/H100/H200 "
-                   "profiles with the fitted CPU line (grounded) or with the constant overhead (grounded-gpu); "
+                   "profiles with vLLM's measured host work (grounded) or with the constant overhead (grounded-gpu); "
                    "docs/costmodel.md.")
+@click.option("--host-overlap", type=click.Choice(HOST_OVERLAP), default="auto", show_default=True,
+              help="With grounded costs, whose host work hides under the GPU's: as each engine does (stock vLLM "
+                   "schedules asynchronously, the plugin does not), or, to ask what if, every policy's or none.")
 @click.option("--skip-bad", is_flag=True, help="Count and skip malformed trace lines instead of failing.")
 @click.option("--workers", default=None, type=click.IntRange(min=1), help="Processes (default: CPU count).")
 @click.option("--json", "json_path", default=None, help="Write the JSON here ('-' for stdout).")
@@ -120,11 +124,14 @@ def bench_sim(**o: object) -> None:
                    tenants=tenants, tenant_mix=mix, dram_gib=o["dram_gib"], hbm_blocks=o["hbm_blocks"],  # type: ignore[arg-type]
                    dram_blocks=o["dram_blocks"], drain_s=float(o["drain"]),  # type: ignore[arg-type]
                    sjf_noise=float(o["sjf_noise"]), calibration=o["calibration"], skip_bad=bool(o["skip_bad"]),  # type: ignore[arg-type]
-                   gpu_costs=str(o["gpu_costs"]), shed_at_admission=bool(o["shed_at_admission"]))
+                   gpu_costs=str(o["gpu_costs"]), host_overlap=str(o["host_overlap"]),
+                   shed_at_admission=bool(o["shed_at_admission"]))
     if o["shed_at_admission"] and o["max_queue_s"] is None:
         raise click.UsageError("--shed-at-admission needs a deadline: give --max-queue-s")
     if o["calibration"] and o["gpu_costs"] != "datasheet":
         raise click.UsageError("--calibration (a measured engine) and --gpu-costs grounded exclude each other")
+    if o["host_overlap"] != "auto" and o["gpu_costs"] == "datasheet":
+        raise click.UsageError("--host-overlap prices the grounded twin's host work: give --gpu-costs grounded")
     specs = grid(base, policies, rps, int(o["seeds"]))
     try:
         runs = run_grid(specs, o["workers"])  # type: ignore[arg-type]
