@@ -72,6 +72,29 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
+def engine_model(model_dir: str | None, build_tiny: str | None, threads: int | None) -> tuple[str, str, str]:
+    """What an engine measurement runs on: ``(model folder, vLLM distribution, version)`` from exactly one of
+    ``--model DIR`` / ``--build-tiny DIR`` (the tiny model is built there), torch's threads set first; a click
+    usage error otherwise, a click error without vLLM."""
+    from superinfer.vllm.compat import check_vllm_version
+
+    if (model_dir is None) == (build_tiny is None):
+        raise click.UsageError("give exactly one of --model DIR or --build-tiny DIR")
+    try:
+        dist, version = check_vllm_version()
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from None
+    if build_tiny:
+        from superinfer.daemon.backends.tiny import build_tiny_llama
+
+        model_dir = str(build_tiny_llama(Path(build_tiny)))
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    return str(model_dir), dist, version
+
+
 def measure(model: str, *, block_size: int = 32, max_model_len: int = 512, repeats: int = 2,
             prompt_lens: tuple[int, ...] = (16, 64, 128, 256, 448), batch_sizes: tuple[int, ...] = (1, 4, 16, 32),
             contexts: tuple[int, ...] = (32, 128, 384)) -> list[Any]:
@@ -163,22 +186,8 @@ def calibrate(ctx: click.Context, model_dir: str | None, build_tiny: str | None,
         calibrate_from_profiles(Path(profiles_dir), Path(output), hardware if explicit else None, as_json)
         return
     from superinfer.sim.calibration import Calibration, save
-    from superinfer.vllm.compat import check_vllm_version
 
-    if (model_dir is None) == (build_tiny is None):
-        raise click.UsageError("give exactly one of --model DIR or --build-tiny DIR")
-    try:
-        dist, version = check_vllm_version()
-    except ImportError as exc:
-        raise click.ClickException(str(exc)) from None
-    if build_tiny:
-        from superinfer.daemon.backends.tiny import build_tiny_llama
-
-        model_dir = str(build_tiny_llama(Path(build_tiny)))
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
+    model_dir, dist, version = engine_model(model_dir, build_tiny, threads)
     samples = measure(str(model_dir), block_size=block_size, max_model_len=max_model_len, repeats=repeats)
     if len(samples) < 10:
         raise click.ClickException(f"only {len(samples)} engine steps measured; cannot fit a calibration")

@@ -152,22 +152,9 @@ def _cpu_name() -> str:
 def bench_overhead(model_dir: str | None, build_tiny: str | None, batch_sizes: tuple[int, ...], steps: int,
                    repeats: int, threads: int | None, json_out: str | None) -> None:
     """Measure vLLM's host (CPU) time per decode step by batch size and fit base + per_seq · batch."""
-    from superinfer.vllm.compat import check_vllm_version
+    from superinfer.bench.engine.calibrate import engine_model
 
-    if (model_dir is None) == (build_tiny is None):
-        raise click.UsageError("give exactly one of --model DIR or --build-tiny DIR")
-    try:
-        dist, version = check_vllm_version()
-    except ImportError as exc:
-        raise click.ClickException(str(exc)) from None
-    if build_tiny:
-        from superinfer.daemon.backends.tiny import build_tiny_llama
-
-        model_dir = str(build_tiny_llama(Path(build_tiny)))
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
+    model_dir, dist, version = engine_model(model_dir, build_tiny, threads)
     rows = measure(str(model_dir), batch_sizes=batch_sizes, steps=steps, repeats=repeats)
     missing = [b for b in batch_sizes if not rows.get(b)]
     if missing:
