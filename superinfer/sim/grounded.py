@@ -22,7 +22,7 @@ grounded one adds up what the engine runs, one operator after another:
   per-step broadcast; Sarathi-Serve with Ray on an A100 host, the only TP measurement). With
   ``cpu_line=False`` (``--gpu-costs grounded-gpu``) the hardware profile's constant overhead instead, to
   show what each part moves.
-* **async scheduling**: vLLM (≥ 0.11, default on) schedules and prepares step n+1 while the GPU runs
+* **async scheduling**: vLLM (0.32; default on for GPUs) schedules and prepares step n+1 while the GPU runs
   step n, so its host work hides under the GPU's unless it is longer (``max``). The plugin's scheduler
   refuses async scheduling (:mod:`superinfer.vllm.scheduler`: block ids must be final at ``schedule()``),
   so ``lvf`` and its variants pay it after the GPU (``+``): :func:`superinfer.sim.build.schedules_async`.
