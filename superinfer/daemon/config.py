@@ -258,6 +258,14 @@ def _check_names(values: dict[str, dict[str, Setting]]) -> None:
             fn(s.value)
         except ValueError as exc:
             raise ProfileError(s.source, f"{section}.{key}", str(exc)) from None
+    costs = values["engine"]["gpu_costs"]
+    if costs.value != "datasheet":
+        from superinfer.sim.grounded import grounded_problem
+
+        problem = grounded_problem(get_model(values["engine"]["model"].value),
+                                   get_hardware(values["engine"]["hardware"].value))
+        if problem:
+            raise ProfileError(costs.source, "engine.gpu_costs", problem)
     w = values["sim"]["workload"]
     if w.value.startswith(servegen.PREFIX):
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from superinfer.sim.build import build_cost_model
+from superinfer.sim.build import build_cost_model, schedules_async
 from superinfer.sim.engine import SimConfig, reference_iteration_s
 from superinfer.tuner.offline.scenario import Phase, Scenario, Segment
 
@@ -26,7 +26,8 @@ def twin_of(cfg: Config) -> tuple[CostModel, SimConfig]:
     model allows in the reference iteration, the host tier is ``[engine] dram_gib`` (at most the hardware's
     DRAM), the knobs are ``[scheduler]``'s and the seed is ``[sim] seed``."""
     g = cfg.get
-    cm = build_cost_model(g("engine", "model"), g("engine", "hardware"), g("engine", "block_size"))
+    cm = build_cost_model(g("engine", "model"), g("engine", "hardware"), g("engine", "block_size"),
+                          gpu_costs=g("engine", "gpu_costs"), async_host=schedules_async(g("scheduler", "policy")))
     b = g("scheduler", "b_xfer")
     if b == "auto":
         b = cm.default_b_xfer(reference_iteration_s(cm, g("engine", "max_num_seqs")), g("scheduler", "eta"))

@@ -82,6 +82,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "served_model_name": Key("str", "", "model name clients send; empty: the model directory's name (vllm) or "
                                   "'superinfer-sim:<model>'"),
         "hardware": Key("str", "gh200", "the twin's hardware profile (superinfer.sim.hardware)"),
+        "gpu_costs": Key("choice", "datasheet", "how the twin prices an iteration: the datasheet roofline, or terms "
+                         "fitted to measured GPUs with vLLM's measured host work (grounded) or with a constant "
+                         "overhead (grounded-gpu); docs/costmodel.md", choices=("datasheet", "grounded", "grounded-gpu")),
         "block_size": Key("int", 16, "tokens per KV block", 1, 1024),
         "max_num_seqs": Key("int", 256, "most sequences in one iteration", 1, 1 << 20),
         "max_num_batched_tokens": Key("int", 8192, "token budget of one iteration", 1, 1 << 24),

@@ -82,6 +82,7 @@ def tune(profile, profile_file, sets, scenario, workload, start_s, arrival, rps,
     env = TwinEnv(model=scn.model, hardware=scn.hardware, block_size=g("engine", "block_size"),
                   max_num_seqs=g("engine", "max_num_seqs"), max_num_batched_tokens=g("engine", "max_num_batched_tokens"),
                   b_xfer=None if b == "auto" else int(b), policy=g("scheduler", "policy"),
+                  gpu_costs=g("engine", "gpu_costs"),
                   base={k: float(getattr(cfg.params(), k)) for k in PARAM_BOUNDS})
     params = cfg.params()
     b_max = env.b_xfer_max()  # b_xfer: searched up to the twin's budget; not at all without a host tier

@@ -96,6 +96,16 @@ def gpu_cost_terms(gpu_costs: str) -> tuple[Terms | None, bool]:
     return (None if gpu_costs == "datasheet" else shipped_terms()), gpu_costs == "grounded"
 
 
+def grounded_problem(model: ModelProfile, hardware: HardwareProfile) -> str | None:
+    """Why grounded costs cannot price ``model`` on ``hardware`` (None: they can)."""
+    if model.experts > 1:
+        return f"{model.name}: grounded GPU costs have no expert (MoE) GEMM profiles; use datasheet costs"
+    if hardware.name not in MEASURED_PART:
+        return (f"no measured GPU terms for hardware {hardware.name!r} "
+                f"(grounded costs cover {', '.join(sorted(MEASURED_PART))})")
+    return None
+
+
 def terms_for(hardware: HardwareProfile, terms: Terms) -> GpuTerms:
     """The measured part's terms moved onto ``hardware``'s datasheet peaks."""
     part = MEASURED_PART.get(hardware.name)
@@ -147,9 +157,9 @@ class GroundedPricer:
 
     def __init__(self, model: ModelProfile, tp: int, hardware: HardwareProfile, terms: Terms,
                  overhead_s: float, cpu_line: bool = True) -> None:
-        if model.experts > 1:
-            raise ValueError(f"{model.name}: grounded GPU costs have no expert (MoE) GEMM profiles; "
-                             "use --gpu-costs datasheet")
+        problem = grounded_problem(model, hardware)
+        if problem:
+            raise ValueError(problem)
         self.gpu = terms_for(hardware, terms)
         self.attn = terms.attention.get(MEASURED_PART[hardware.name])
         self.cpu = cpu_for(terms, tp) if cpu_line else None

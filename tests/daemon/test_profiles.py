@@ -72,6 +72,8 @@ BROKEN = [
     ("[slo]\ndefault_tenant = \"x\"\n[[tenants]]\nname = \"a\"\n", "slo.default_tenant", "expected one of"),
     ("[engine]\nmodel = \"gpt-9\"\n", "engine.model", "gpt-9"),
     ("[engine\nmax_num_seqs = 4\n", None, "invalid TOML"),
+    ("[engine]\ngpu_costs = \"measured\"\n", "engine.gpu_costs", "one of 'datasheet', 'grounded', 'grounded-gpu'"),
+    ("[engine]\nmodel = \"mixtral-8x7b\"\ngpu_costs = \"grounded\"\n", "engine.gpu_costs", "no expert (MoE) GEMM"),
     # RotaSched v2 knobs: bounds from superinfer.core.PARAM_BOUNDS, integers where Params has an int
     ("[scheduler]\nslack_gate_s = 4000.0\n", "scheduler.slack_gate_s", "within [-3600, 3600], got 4000.0"),
     ("[scheduler]\nrotation_margin_s = -0.5\n", "scheduler.rotation_margin_s", "within [0, 60], got -0.5"),
@@ -228,3 +230,15 @@ def test_every_bundled_profile_ships_the_tuner_deciding_as_its_measurement_says(
     else:
         assert mode == "shadow", f"{path.stem} ships {mode!r} with no measurement in {measured}"
     assert "tuner" in path.read_text(), f"{path.stem}: say in the profile why its tuner runs as it does"
+
+
+def test_a_profile_s_twin_prices_as_its_engine_gpu_costs_say(tmp_path: Path) -> None:
+    """The sim backend, `superinferd tune` and `bench tuner --profile` share twin_of: the key reaches its cost model,
+    and the plugin's policy keeps its host work after the GPU's."""
+    from superinfer.daemon.profile_twin import twin_of
+
+    for costs, grounded in (("datasheet", False), ("grounded", True)):
+        path = tmp_path / f"{costs}.toml"
+        path.write_text(f"[engine]\nmodel = \"qwen2.5-32b\"\ngpu_costs = \"{costs}\"\n")
+        cm, _ = twin_of(resolve(None, profile_file=str(path), env={}))
+        assert (cm._grounded is not None) is grounded and cm.async_host is False

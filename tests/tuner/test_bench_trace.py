@@ -77,3 +77,18 @@ def test_bench_tuner_refuses_what_it_cannot_replay(tmp_path: Path, args: list[st
     assert r.returncode == 2 and message in r.stderr, r.stderr[-2000:]
     r = bench("--workload", str(tmp_path / "missing.jsonl"), "--arrival", "trace", "--json", "-")
     assert r.returncode == 2 and "missing.jsonl" in r.stderr, r.stderr[-2000:]
+
+
+def test_the_scenario_twin_prices_as_asked_and_a_profile_s_as_its_profile_says() -> None:
+    from dataclasses import replace
+
+    from click.testing import CliRunner
+
+    from superinfer.bench.tuner.cli import bench_tuner
+    from superinfer.tuner.offline.evaluate import TwinEnv
+
+    cm = replace(TwinEnv(), gpu_costs="grounded").cost_model()
+    assert cm._grounded is not None and cm.async_host is False  # lvf: host work after the GPU's
+    assert TwinEnv().cost_model()._grounded is None
+    r = CliRunner().invoke(bench_tuner, ["--profile", "demo", "--gpu-costs", "grounded"])
+    assert r.exit_code == 2 and "--set engine.gpu_costs=C" in r.output

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import click
 
+from superinfer.sim.grounded import GPU_COSTS
 from superinfer.tuner.offline.scenario import SCENARIOS
 
 
@@ -45,13 +46,19 @@ def _pp(x: float) -> str:
               "its tuner (auto, cold, no study) against its static knobs: may it ship deciding?")
 @click.option("--profile-file", type=click.Path(dir_okay=False), default=None, help="As --profile, from this file.")
 @click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE", help="With --profile: override a key.")
+@click.option("--gpu-costs", type=click.Choice(GPU_COSTS), default="datasheet", show_default=True,
+              help="How the scenario's twin prices iterations (as bench sim); with --profile use "
+                   "--set engine.gpu_costs=C.")
 @click.option("--duration", default=3600.0, show_default=True, type=click.FloatRange(60.0, 86400.0),
               help="With --profile: seconds of the profile's traffic per run.")
 def bench_tuner(scenario, workload, arrival, rps, model, hardware, seeds, static_trials, warm_trials, converge_window,
                 converge_pp, study_storage, study_seeds, control, jobs, json_path, plot_dir, profile,
-                profile_file, sets, duration) -> None:
+                profile_file, sets, gpu_costs, duration) -> None:
     """Does the online tuner beat the best static setting on shifting traffic? (twin, virtual time)"""
     if profile or profile_file:
+        if gpu_costs != "datasheet":
+            click.echo("error: --gpu-costs prices a scenario's twin; a profile's is --set engine.gpu_costs=C", err=True)
+            sys.exit(2)
         _profile(profile, profile_file, sets, seeds, duration, jobs, json_path)
         return
     from superinfer.bench.tuner.main import BenchSpec, run_bench
@@ -69,7 +76,7 @@ def bench_tuner(scenario, workload, arrival, rps, model, hardware, seeds, static
     if workload or arrival or rps:
         scn = _trace(workload, arrival, rps, trace_scenario)
     env = TwinEnv()
-    env = replace(env, model=model or scn.model, hardware=hardware or scn.hardware)
+    env = replace(env, model=model or scn.model, hardware=hardware or scn.hardware, gpu_costs=gpu_costs)
     # the warm start's study is of another trace: the scenario's own -alt when it has one
     warm = f"{scenario}-alt" if f"{scenario}-alt" in SCENARIOS and not workload else "shifting-alt"
     spec = BenchSpec(scenario=scn if workload else scenario, study_scenario=warm,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from superinfer.core import INTEGER_PARAMS, Params, TenantTable
-from superinfer.sim.build import build_cost_model
+from superinfer.sim.build import build_cost_model, schedules_async
 from superinfer.sim.costmodel import CostModel
 from superinfer.sim.engine import SimConfig, Simulator, Trace, transfer_budget
 from superinfer.sim.models import get_model
@@ -44,9 +44,11 @@ class TwinEnv:
     drain_s: float = 60.0
     policy: str = "lvf"
     base: dict[str, float] = field(default_factory=dict)  # knob values a setting does not name
+    gpu_costs: str = "datasheet"  # superinfer.sim.grounded.GPU_COSTS
 
     def cost_model(self) -> CostModel:
-        return build_cost_model(self.model, self.hardware, self.block_size)
+        return build_cost_model(self.model, self.hardware, self.block_size, gpu_costs=self.gpu_costs,
+                                async_host=schedules_async(self.policy))
 
     def b_xfer_max(self) -> int:
         """The tuned ``b_xfer``'s bound: the transfer budget of the twin's host (``b_xfer``, else its
