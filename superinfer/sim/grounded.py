@@ -225,9 +225,3 @@ class GroundedPricer:
         memory = self._attn_s_per_kv * (decode_kv_tokens + prefill_ctx_tokens + tokens)
         attention = self._attn_fixed_s + (compute if compute > memory else memory)
         return float(self._by_tokens[tokens] + self._by_rows[rows]) + attention, float(self._host_rows[rows])
-
-    def iteration_s(self, prefill_tokens: int, prefill_attn_pairs: float, decode_seqs: int,
-                    decode_kv_tokens: int, prefill_ctx_tokens: int = 0) -> float:
-        """GPU then host, one after the other (synchronous scheduling)."""
-        gpu, host = self.parts_s(prefill_tokens, prefill_attn_pairs, decode_seqs, decode_kv_tokens, prefill_ctx_tokens)
-        return gpu + host
