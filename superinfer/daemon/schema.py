@@ -16,6 +16,7 @@ from typing import Any
 
 from superinfer.core import ENGINE_POLICIES, KNOB, KNOBS
 from superinfer.daemon.params import PARAM_KEYS
+from superinfer.sim.grounded import GPU_COSTS
 from superinfer.tuner.fleet import check_storage, redact
 from superinfer.tuner.space import DEFAULT_KNOBS as TUNER_KNOBS
 from superinfer.tuner.space import TUNABLE_BOUNDS
@@ -84,7 +85,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "hardware": Key("str", "gh200", "the twin's hardware profile (superinfer.sim.hardware)"),
         "gpu_costs": Key("choice", "datasheet", "how the twin prices an iteration: the datasheet roofline, or terms "
                          "fitted to measured GPUs with vLLM's measured host work (grounded) or with a constant "
-                         "overhead (grounded-gpu); docs/costmodel.md", choices=("datasheet", "grounded", "grounded-gpu")),
+                         "overhead (grounded-gpu); docs/costmodel.md", choices=GPU_COSTS),
         "block_size": Key("int", 16, "tokens per KV block", 1, 1024),
         "max_num_seqs": Key("int", 256, "most sequences in one iteration", 1, 1 << 20),
         "max_num_batched_tokens": Key("int", 8192, "token budget of one iteration", 1, 1 << 24),

@@ -8,7 +8,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from superinfer.bench.engine.overhead import bench_overhead, fit_line, summarise
+from superinfer.bench.costmodel.files import CpuRow, ProfileError
+from superinfer.bench.costmodel.fit import fit_cpu, fit_line
+from superinfer.bench.engine.overhead import bench_overhead, summarise
 
 
 def test_every_decode_step_splits_into_device_and_host_work_and_the_host_grows_with_the_batch(tmp_path):
@@ -45,6 +47,9 @@ def test_the_fit_is_least_squares_clipped_at_zero_and_medians_per_batch():
     assert fit_line([(1, 2.0), (9, 1.0)])[1] == 0.0  # a falling host time is not a negative cost
     with pytest.raises(ValueError, match="two batch sizes"):
         fit_line([(4, 1.0), (4, 2.0)])
+    one_batch = [CpuRow("a100", "m", 8, 1, 1.0, "cpu_overheads.csv:2"), CpuRow("a100", "m", 8, 1, 1.2, "cpu_overheads.csv:3")]
+    with pytest.raises(ProfileError, match=r"cpu a100/tp1: a line needs at least two batch sizes \(cpu_overheads.csv:2\)"):
+        fit_cpu(one_batch)
     s = summarise({1: [(2e-3, 1e-3), (4e-3, 1e-3), (3e-3, 1e-3)], 10: [(6e-3, 2e-3)] * 3})
     assert [row["host_ms_p50"] for row in s["rows"]] == [2.0, 4.0]
     assert s["fit"]["per_seq_s"] == pytest.approx(2e-3 / 9)

@@ -99,13 +99,28 @@ def fit_links(rows: list[AllReduceRow]) -> dict[str, LinkTerms]:
     return out
 
 
+def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares ``(base, per_seq)`` of ``y = base + per_seq · x`` over ``(x, y)`` points, neither below 0 (a
+    falling line gets slope 0 and the mean as its base); ValueError with fewer than two distinct ``x``."""
+    if len({x for x, _ in points}) < 2:
+        raise ValueError("a line needs at least two batch sizes")
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+    slope = max(slope, 0.0)
+    return max(my - slope * mx, 0.0), slope
+
+
 def fit_cpu(rows: list[CpuRow]) -> dict[str, CpuTerms]:
+    """An engine's CPU work per iteration as a line in the batch size, per (GPU, TP)."""
     out = {}
     for key, rs in _by(rows, lambda r: f"{r.gpu}/tp{r.tp}"):
-        a = np.array([[1.0, r.batch] for r in rs])
-        t = np.array([r.ms / 1e3 for r in rs])
-        coef, *_ = np.linalg.lstsq(a, t, rcond=None)
-        out[key] = CpuTerms(float(max(coef[0], 0.0)), float(max(coef[1], 0.0)), len(rs))
+        try:
+            base, per_seq = fit_line([(r.batch, r.ms / 1e3) for r in rs])
+        except ValueError as exc:
+            raise ProfileError(f"cpu {key}: {exc} ({rs[0].where})") from None
+        out[key] = CpuTerms(base, per_seq, len(rs))
     return out
 
 

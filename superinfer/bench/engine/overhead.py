@@ -78,8 +78,10 @@ def measure(model: str, *, batch_sizes: tuple[int, ...], steps: int = 24, repeat
         update = core.scheduler.update_from_output
 
         def update_from_output(*args: Any, **kwargs: Any) -> Any:
-            out = update(*args, **kwargs)  # TimingScheduler appends this step's sample first
-            per_step.append(device[0])
+            recorded = len(cal.SAMPLES)
+            out = update(*args, **kwargs)  # TimingScheduler records a step that ran tokens
+            if len(cal.SAMPLES) > recorded:
+                per_step.append(device[0])  # so per_step[i] is cal.SAMPLES[i]'s device time
             device[0] = 0.0
             return out
 
@@ -93,27 +95,16 @@ def measure(model: str, *, batch_sizes: tuple[int, ...], steps: int = 24, repeat
                 llm.generate(prompts, SamplingParams(max_tokens=steps, ignore_eos=True), use_tqdm=False)
                 if rep == 0:
                     continue  # first pass: one-off setup of every shape
-                # TimingScheduler records only steps that ran tokens; per_step has one entry per update
-                for (prefill, decode, _kv, step_s, _pairs), dev_s in zip(cal.SAMPLES, per_step[-len(cal.SAMPLES):]):
+                for (prefill, decode, _kv, step_s, _pairs), dev_s in zip(cal.SAMPLES, per_step, strict=True):
                     if prefill == 0 and decode == bs:
                         rows[bs].append((step_s, dev_s))
     return dict(rows)
 
 
-def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
-    """Least-squares ``(base, per_seq)`` of ``y = base + per_seq · x`` over ``(x, y)`` points, each clipped at 0."""
-    if len({x for x, _ in points}) < 2:
-        raise ValueError("a line needs at least two batch sizes")
-    n = len(points)
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
-    slope = max(slope, 0.0)
-    return max(my - slope * mx, 0.0), slope
-
-
 def summarise(rows: dict[int, list[tuple[float, float]]]) -> dict[str, Any]:
-    """Per batch size medians (ms) and the fitted host line (s)."""
+    """Per batch size medians (ms) and the fitted host line (s; the line Vidur's CPU rows are fitted with)."""
+    from superinfer.bench.costmodel.fit import fit_line
+
     table = []
     for bs in sorted(rows):
         steps = rows[bs]
