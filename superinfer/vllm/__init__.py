@@ -16,6 +16,7 @@ from typing import Any
 
 _PLUGIN = {
     "RotaScheduler": "superinfer.vllm.scheduler",
+    "RotaAsyncScheduler": "superinfer.vllm.async_scheduler",
     "DuplexKVConnector": "superinfer.vllm.connector",
 }
 

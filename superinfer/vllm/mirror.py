@@ -17,16 +17,27 @@ import numpy as np
 from superinfer.core import RequestTable
 
 
+def safe_computed(request: Any) -> int:
+    """A request's tokens whose KV is written by steps whose output has been processed: vLLM's
+    ``num_computed_tokens`` less its ``num_output_placeholders``. With synchronous scheduling that is every
+    computed token; with asynchronous scheduling the tokens of steps still in flight are left out (their
+    sampled tokens, and with speculative decoding which drafts were accepted, are not known yet). A park or
+    eager sync never copies more than this, so it never claims KV that a rejected draft wrote."""
+    return int(request.num_computed_tokens) - int(getattr(request, "num_output_placeholders", 0) or 0)
+
+
 def refresh_running(t: RequestTable, running: Sequence[Any], r2b: Mapping[str, Sequence[Any]],
                     loading: Iterable[Any]) -> None:
     """One iteration passed (residency advances); copy the ``running`` requests' token counts and device
-    blocks (``r2b``: vLLM's request -> blocks map); mark requests whose KV is still ``loading`` (asynchronous
+    blocks (``r2b``: vLLM's request -> blocks map); a token still being sampled by a step in flight (vLLM's
+    ``num_output_placeholders``, async scheduling) counts as a token, so ``num_tokens - num_computed`` is what
+    is left to compute in both scheduling modes; mark requests whose KV is still ``loading`` (asynchronous
     loads in flight) busy: they hold blocks and cannot be planned."""
     t.tick()
     if running:
         n = len(running)
         rows = t.rows_of_keys([r.request_id for r in running])
-        t.num_tokens[rows] = np.fromiter((r.num_tokens for r in running), np.int64, n)
+        t.num_tokens[rows] = np.fromiter((r.num_tokens + r.num_output_placeholders for r in running), np.int64, n)
         t.num_computed[rows] = np.fromiter((r.num_computed_tokens for r in running), np.int64, n)
         t.blocks_hbm[rows] = np.fromiter((len(r2b.get(r.request_id, ())) for r in running), np.int64, n)
     for r in loading:

@@ -16,6 +16,9 @@ Each ``schedule()``:
    the requests the plan admits, largest VLT first. vLLM still allocates every block itself, so its
    invariants (and its own forced preemption, as a safety net) hold.
 
+Under vLLM's async scheduling (its default on GPUs) the same class path gives
+:class:`superinfer.vllm.async_scheduler.RotaAsyncScheduler`; what differs is stated there.
+
 Invariants: vLLM's queues hold every live request (nothing is hidden from ``has_requests`` or aborts);
 the table has one row per live request; a plan error falls back to stock behaviour for that step
 (counted in ``stats["plan_errors"]``), it never stops the engine.
@@ -30,6 +33,7 @@ import time
 from typing import Any
 
 import numpy as np
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import SchedulingPolicy, create_request_queue
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import RequestStatus
@@ -38,7 +42,7 @@ from superinfer.core import (Capacity, Phase, Plan, PlanGate, RequestTable, Snap
                              decided_nothing, get_policy, nothing_to_plan, rank_order)
 from superinfer.core.view import ranking_rows
 from superinfer.vllm.connector import DuplexKVConnector, connector_extra
-from superinfer.vllm.mirror import refresh_ledger, refresh_running
+from superinfer.vllm.mirror import refresh_ledger, refresh_running, safe_computed
 from superinfer.vllm.params import (ENV_CALIBRATION, ENV_PARAMS_FILE, ENV_POLICY, LiveParams, ParamSource,
                                     load_step_model)
 from superinfer.vllm.stats import ENV_STATS_FILE, StatsFile, add_plan_time
@@ -47,7 +51,6 @@ from superinfer.vllm.steplog import StepLog
 from superinfer.vllm.tenants import RequestTenants
 
 log = logging.getLogger(__name__)
-
 _MAX_PLAN_ERROR_LOGS = 5
 #: validate the snapshot on one plan in this many (the first included); a full check costs about a third
 #: of a small batch's plan, and the table it checks is the plugin's own
@@ -58,12 +61,21 @@ _RUNNING = int(Phase.RUNNING)
 class RotaScheduler(Scheduler):
     """vLLM ``Scheduler`` whose admission, victims and rotation follow the RotaSched core."""
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> RotaScheduler:
+        """One class path for both scheduling modes: vLLM scheduling asynchronously gets RotaAsyncScheduler."""
+        config = kwargs.get("vllm_config", args[0] if args else None)
+        if cls is RotaScheduler and getattr(getattr(config, "scheduler_config", None), "async_scheduling", False):
+            from superinfer.vllm.async_scheduler import RotaAsyncScheduler
+
+            cls = RotaAsyncScheduler
+        return super().__new__(cls)
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         sc = self.vllm_config.scheduler_config
-        if getattr(sc, "async_scheduling", False):
-            raise ValueError("RotaScheduler needs synchronous scheduling: pass --no-async-scheduling "
-                             "(async_scheduling=False); block ids and computed tokens must be final at schedule()")
+        if getattr(sc, "async_scheduling", False) and not isinstance(self, AsyncScheduler):
+            raise ValueError(f"{type(self).__name__} subclasses the synchronous RotaScheduler but vLLM schedules "
+                             "asynchronously: subclass RotaAsyncScheduler, or pass --no-async-scheduling")
         if self.policy != SchedulingPolicy.FCFS:
             raise ValueError("RotaScheduler orders requests itself: use --scheduling-policy fcfs (the default)")
         extra = connector_extra(self.vllm_config)
@@ -110,13 +122,14 @@ class RotaScheduler(Scheduler):
     # -- preemption (ours and vLLM's) -------------------------------------------------------------
     def _preempt_request(self, request: Any, timestamp: float, *args: Any, **kwargs: Any) -> None:
         rid = request.request_id
-        computed = int(request.num_computed_tokens)
+        computed = safe_computed(request)
         parked = 0
         if self.ledger is not None:
             block_ids = self.kv_cache_manager.get_block_ids(rid)[0]
             parked, used = self.ledger.preempt(rid, block_ids, computed, max(0, self._d2h_left))
             self._d2h_left -= used
         self._pre_computed[rid] = computed
+        self.stats["preempted_in_flight"] += computed < request.num_computed_tokens  # async: a step in flight
         super()._preempt_request(request, timestamp, *args, **kwargs)
         self.stats["preemptions"] += 1
         t = self.table
@@ -146,7 +159,7 @@ class RotaScheduler(Scheduler):
             finally:
                 self.max_num_scheduled_tokens = self._max_tokens
         self._after_schedule(out, now)
-        self.step_fit.begin(t0_ns, out.num_scheduled_tokens, self.requests)
+        self.step_fit.begin(t0_ns, out.num_scheduled_tokens, self.requests, key=out)
         if self.stats_file.due():
             self._write_stats()
         if self.step_log is not None:
@@ -261,7 +274,7 @@ class RotaScheduler(Scheduler):
             if req is None or req.status != RequestStatus.RUNNING:
                 continue
             block_ids = self.kv_cache_manager.get_block_ids(rid)[0]
-            self._d2h_left -= self.ledger.plan_sync(rid, block_ids, int(req.num_computed_tokens),
+            self._d2h_left -= self.ledger.plan_sync(rid, block_ids, safe_computed(req),
                                                     min(int(n), self._d2h_left))
 
     def _apply(self, plan: Plan) -> list[Any]:
@@ -313,7 +326,7 @@ class RotaScheduler(Scheduler):
         finally:
             rest = self.waiting
             self.waiting = full
-            if rest:  # admitted by the plan, not taken by vLLM: the plan misjudged room (tests keep this 0)
+            if rest:  # admitted, not taken by vLLM: the plan misjudged room, or (async) a victim's blocks come next step
                 self.stats["admissions_refused"] += len(rest)
                 full.prepend_requests(reversed(list(rest)))
 
@@ -323,8 +336,7 @@ class RotaScheduler(Scheduler):
             r = t.get_row(nr.req_id)
             if r is not None:
                 t.joined(r, now, swapped_in=False)
-        resumed = out.scheduled_cached_reqs.resumed_req_ids
-        for rid in resumed:
+        for rid in out.scheduled_cached_reqs.resumed_req_ids:
             r = t.get_row(rid)
             if r is None:
                 continue
@@ -336,7 +348,7 @@ class RotaScheduler(Scheduler):
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         outputs = super().update_from_output(scheduler_output, model_runner_output)
-        self.step_fit.end()
+        self.step_fit.end(key=scheduler_output)
         now = self.clock()
         t, reqs = self.table, self.requests
         keys = [rid for rid in scheduler_output.num_scheduled_tokens if rid in t]  # not finished this step

@@ -17,6 +17,11 @@ Because the window slides, the model follows the host: on these shared machines 
 within minutes, and a file measured on another day is off by 2-3×. A calibration file, when given, still
 wins (``bench fidelity`` compares the plugin against a twin priced with that same file).
 
+Under vLLM's asynchronous scheduling step n+1 is scheduled before step n's output is processed, so a step's
+time starts at the later of its ``schedule()`` and the previous step's output (with synchronous scheduling
+that is always its ``schedule()``): with two steps in flight that is the gap between two outputs, again what a
+client sees. Steps are paired with their outputs by the scheduler output object, in order.
+
 Invariants: the model is a non-negative combination of the step's counts (never negative, non-decreasing in
 prefill tokens); observing a step never raises (a bad measurement is skipped and counted).
 """
@@ -92,20 +97,37 @@ class OnlineStepFit:
         self._since = 0
         self.refit_min_s = refit_min_s
         self._fitted_at = -math.inf  # time.monotonic() of the last refit
-        self._open: tuple[int, Sample] | None = None
+        self._open: collections.deque[tuple[object, int, Sample | None]] = collections.deque()  # steps in flight
+        self._last_end_ns: int | None = None  # when the last step's output was processed
 
-    def begin(self, t0_ns: int, scheduled: Mapping[str, int], requests: Mapping[str, Any]) -> None:
+    def begin(self, t0_ns: int, scheduled: Mapping[str, int], requests: Mapping[str, Any], *,
+              key: object = None) -> None:
         """A step was scheduled at ``t0_ns`` (``time.perf_counter_ns``). Its counts are read now (its output
-        may free its requests); its time at :meth:`end`."""
-        self._open = (t0_ns, step_sample(scheduled, requests, 1.0)) if scheduled else None
+        may free its requests); its time at :meth:`end` with the same ``key`` (the scheduler output)."""
+        self._push(key, t0_ns, step_sample(scheduled, requests, 1.0) if scheduled else None)
 
-    def end(self, now_ns: int | None = None) -> None:
-        """The step's output was processed: record it, and refit when due."""
-        if self._open is None:
+    def _push(self, key: object, t0_ns: int, sample: Sample | None) -> None:
+        if len(self._open) >= 8:  # outputs never processed (an engine error): forget the oldest
+            self._open.popleft()
+            self.skipped += 1
+        self._open.append((key, t0_ns, sample))
+
+    def end(self, now_ns: int | None = None, *, key: object = None) -> None:
+        """The output of the step scheduled with ``key`` (None: the oldest in flight) was processed: record its
+        time from the later of its schedule and the previous output (module docstring); refit when due."""
+        while self._open:
+            k, t0, sample = self._open.popleft()
+            if key is None or k is key:
+                break
+            self.skipped += 1  # a step whose output never came back
+        else:
             return
-        t0, sample = self._open
-        self._open = None
-        dt = ((time.perf_counter_ns() if now_ns is None else now_ns) - t0) * 1e-9
+        now = time.perf_counter_ns() if now_ns is None else now_ns
+        start = t0 if self._last_end_ns is None else max(t0, self._last_end_ns)
+        self._last_end_ns = now
+        if sample is None:
+            return
+        dt = (now - start) * 1e-9
         if not (math.isfinite(dt) and dt > 0) or sample.prefill_tokens + sample.decode_seqs == 0:
             self.skipped += 1
             return

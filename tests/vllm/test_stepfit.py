@@ -32,9 +32,11 @@ def _steps(n: int, seed: int = 0, noise: float = 0.03, prefill_share: float = 0.
 
 def _feed(fit: OnlineStepFit, samples: list[Sample]) -> None:
     """Feed measured steps through ``begin``/``end`` with a fake clock, as the scheduler does."""
+    now = fit._last_end_ns or 0
     for s in samples:
-        fit._open = (0, s._replace(measured_s=1.0))  # the counts, as begin() reads them from vLLM
-        fit.end(now_ns=int(round(s.measured_s * 1e9)))
+        fit._push(None, now, s._replace(measured_s=1.0))  # the counts, as begin() reads them from vLLM
+        now += int(round(s.measured_s * 1e9))
+        fit.end(now_ns=now)
 
 
 def test_no_model_until_the_window_has_seen_prefills_and_decodes() -> None:
@@ -77,7 +79,7 @@ def test_it_follows_the_host_when_the_engine_slows_down() -> None:
 
 def test_bad_measurements_are_skipped_not_raised() -> None:
     fit = OnlineStepFit(refit_min_s=0)
-    fit._open = (10, Sample(0, 4, 100, 1.0, 0.0))
+    fit._push(None, 10, Sample(0, 4, 100, 1.0, 0.0))
     fit.end(now_ns=5)  # a clock that went backwards
     fit.begin(0, {}, {})  # an empty step
     fit.end(now_ns=100)
@@ -118,3 +120,28 @@ def test_once_a_model_exists_refits_are_rate_limited() -> None:
     unlimited = OnlineStepFit(refit_min_s=0)
     _feed(unlimited, _steps(512, seed=6))
     assert unlimited.refits == 512 // REFIT_EVERY
+
+
+def test_with_two_steps_in_flight_a_step_lasts_from_the_previous_output() -> None:
+    """vLLM's async scheduling: step n+1 is scheduled before step n's output is processed. Each output pairs
+    with its own step (by the scheduler output object), and a step's time runs from the later of its schedule
+    and the previous output: the gap between two outputs, what a client sees."""
+    fit = OnlineStepFit(refit_min_s=0)
+    a, b, c = object(), object(), object()
+    s = Sample(0, 4, 100, 1.0, 0.0)
+    fit._push(a, 0, s)
+    fit._push(b, 100, s._replace(decode_seqs=5))  # scheduled while a runs
+    fit.end(now_ns=1_000, key=a)
+    fit._push(c, 1_100, s._replace(decode_seqs=6))
+    fit.end(now_ns=2_000, key=b)
+    fit.end(now_ns=2_500, key=c)
+    assert [(x.decode_seqs, round(x.measured_s * 1e9)) for x in fit.samples] == [(4, 1_000), (5, 1_000), (6, 500)]
+    # synchronous scheduling: each step scheduled after the previous output, timed from its schedule
+    fit._push(a, 3_000, s)
+    fit.end(now_ns=3_400, key=a)
+    assert round(fit.samples[-1].measured_s * 1e9) == 400
+    # an output whose step is not the oldest in flight: the older one never came back, it is dropped
+    fit._push(a, 4_000, s)
+    fit._push(b, 4_100, s)
+    fit.end(now_ns=5_000, key=b)
+    assert fit.skipped == 1 and round(fit.samples[-1].measured_s * 1e9) == 900 and not fit._open
