@@ -27,7 +27,9 @@ def twin_of(cfg: Config) -> tuple[CostModel, SimConfig]:
     DRAM), the knobs are ``[scheduler]``'s and the seed is ``[sim] seed``."""
     g = cfg.get
     cm = build_cost_model(g("engine", "model"), g("engine", "hardware"), g("engine", "block_size"),
-                          gpu_costs=g("engine", "gpu_costs"), async_host=schedules_async(g("scheduler", "policy")))
+                          gpu_costs=g("engine", "gpu_costs"),
+                          async_host=schedules_async(g("scheduler", "policy"),
+                                                     "none" if g("engine", "async_scheduling") == "off" else "auto"))
     b = g("scheduler", "b_xfer")
     if b == "auto":
         b = cm.default_b_xfer(reference_iteration_s(cm, g("engine", "max_num_seqs")), g("scheduler", "eta"))

@@ -99,6 +99,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "gpu_memory_utilization": Key("float", 0.9, "vLLM on GPU: share of HBM vLLM may use", 0, 1, lo_open=True),
         "num_gpu_blocks_override": Key("int", 0, "vLLM: fix the number of device KV blocks; 0: measured", 0, 1 << 30),
         "dtype": Key("choice", "auto", "vLLM dtype", choices=("auto", "float32", "bfloat16", "float16")),
+        "async_scheduling": Key("choice", "auto", "vLLM schedules the next step while the device runs this one, "
+                                "hiding the scheduler's host work: auto: vLLM's choice (on for GPUs, off on CPU); "
+                                "on; off (--no-async-scheduling; the twin then adds the host work after the GPU's)",
+                                choices=("auto", "on", "off")),
         "enforce_eager": Key("bool", False, "vLLM: no CUDA graphs / torch.compile"),
         "drain_timeout_s": Key("float", 30.0, "on SIGTERM, how long in-flight requests may finish", 0, 86400, lo_open=True),
         "startup_timeout_s": Key("float", 900.0, "vllm backend: how long model loading may take", 0, 86400, lo_open=True),

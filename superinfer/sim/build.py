@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from superinfer.core.policies import ROTATING_POLICIES, core_policy_name
+from superinfer.core.policies import core_policy_name
 from superinfer.sim import calibration as calib
 from superinfer.sim.costmodel import CostModel
 from superinfer.sim.fabric import Fabric, get_fabric
@@ -43,19 +43,20 @@ def overlaps(policy: str) -> bool:
     return policy != "lvf-nooverlap"
 
 
-#: whose host work overlaps the GPU's: as each engine does (``auto``), or, to ask "what if", every policy's
-#: (``all``) or none (``none``)
+#: whose host work overlaps the GPU's: as vLLM does on a GPU (``auto``: every policy, the plugin's too), the same
+#: named outright (``all``), or none (``none``: every engine with ``--no-async-scheduling``)
 HOST_OVERLAP = ("auto", "all", "none")
 
 
 def schedules_async(policy: str, host_overlap: str = "auto") -> bool:
-    """Whether ``policy``'s host work overlaps the GPU's. ``auto``: a policy on vLLM's own scheduler does
-    (async scheduling, vLLM's default), the plugin's (``lvf`` and its variants) does not (it schedules
-    synchronously); ``all`` / ``none`` override that for every policy (ValueError on an unknown policy or mode)."""
-    core = core_policy_name(policy)
+    """Whether ``policy``'s host work overlaps the GPU's. ``auto``: it does, for every policy: vLLM schedules
+    asynchronously by default on a GPU, and the plugin follows it (``RotaAsyncScheduler``; an iteration that
+    parks still pays its host work after the GPU's, :meth:`CostModel.price_step`); ``none``: no policy does
+    (ValueError on an unknown policy or mode)."""
+    core_policy_name(policy)  # an unknown policy is an error
     if host_overlap not in HOST_OVERLAP:
         raise ValueError(f"host_overlap: expected one of {', '.join(HOST_OVERLAP)}, got {host_overlap!r}")
-    return core not in ROTATING_POLICIES if host_overlap == "auto" else host_overlap == "all"
+    return host_overlap != "none"
 
 
 def build_cost_model(model: str | ModelProfile, hardware: str | HardwareProfile, block_size: int = 16, *,

@@ -182,18 +182,24 @@ class CostModel:
         return compute_s + transfer_s
 
     def price_step(self, tokens: np.ndarray, computed: np.ndarray, decode: np.ndarray, h2d_blocks: int,
-                   tail_blocks: int, sync_blocks: int) -> StepPrice:
+                   tail_blocks: int, sync_blocks: int, parks_wait: bool = False) -> StepPrice:
         """Price one iteration: scheduled ``tokens`` per sequence over ``computed`` tokens of context,
         ``decode`` marking the one-token decodes (the rest are prefill chunks), and its copies. An
-        iteration in which nothing can run (everything waits on the link) still lets time pass."""
+        iteration in which nothing can run (everything waits on the link) still lets time pass.
+        ``parks_wait``: the host waits for a park's copy before it launches the iteration (the DuplexKV
+        worker), so under async scheduling an iteration that parks (``tail_blocks``) pays its host work after
+        the GPU's, as synchronous scheduling does."""
         pre_k, pre_c = tokens[~decode], computed[~decode]
-        compute_s = self.iteration_s(
-            int(pre_k.sum()),
-            float((pre_k * pre_c + pre_k * (pre_k + 1) // 2).sum()),
-            int(decode.sum()),
-            int(computed[decode].sum()),
-            int(pre_c.sum()),
-        )
+        counts = (int(pre_k.sum()), float((pre_k * pre_c + pre_k * (pre_k + 1) // 2).sum()), int(decode.sum()),
+                  int(computed[decode].sum()), int(pre_c.sum()))
+        if parks_wait and tail_blocks > 0 and self.async_host:
+            self.async_host = False  # this iteration only: its host work follows the GPU's (with_host)
+            try:
+                compute_s = self.iteration_s(*counts)
+            finally:
+                self.async_host = True
+        else:
+            compute_s = self.iteration_s(*counts)
         background = self.transfer_s(h2d_blocks, sync_blocks)
         tail = self.transfer_s(0, tail_blocks)
         step = tail + self.step_s(compute_s, background)

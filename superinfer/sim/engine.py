@@ -250,7 +250,7 @@ class Simulator:
         tokens = plan.sched_tokens
         decode = (tokens == 1) & (st.outputs[rows] > 0)
         price = cm.price_step(tokens, st.num_computed[rows], decode, moves.h2d_blocks, len(moves.swap_out),
-                              len(moves.sync))
+                              len(moves.sync), parks_wait=self.lossless)
         wall = cfg.host.wall_s(price, plan.victim_d2h, plan.swap_blocks, len(moves.sync))
         t_end = now + wall + self._host_s(snap, cap, tokens, now, st.counters.swap_ins - swap_ins, held)
         self.max_h2d = max(self.max_h2d, moves.h2d_blocks)

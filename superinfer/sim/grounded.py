@@ -23,9 +23,11 @@ grounded one adds up what the engine runs, one operator after another:
   ``cpu_line=False`` (``--gpu-costs grounded-gpu``) the hardware profile's constant overhead instead, to
   show what each part moves.
 * **async scheduling**: vLLM (0.32; default on for GPUs) schedules and prepares step n+1 while the GPU runs
-  step n, so its host work hides under the GPU's unless it is longer (``max``). The plugin's scheduler
-  refuses async scheduling (:mod:`superinfer.vllm.scheduler`: block ids must be final at ``schedule()``),
-  so ``lvf`` and its variants pay it after the GPU (``+``): :func:`superinfer.sim.build.schedules_async`.
+  step n, so its host work hides under the GPU's unless it is longer (``max``). The plugin follows vLLM's
+  mode (:mod:`superinfer.vllm.async_scheduler`), except that an iteration that parks a victim waits on the
+  host for the copy, so it pays its host work after the GPU's (``+``): :func:`superinfer.sim.build.schedules_async`,
+  :meth:`~superinfer.sim.costmodel.CostModel.price_step`. ``--host-overlap none`` prices every engine run
+  with ``--no-async-scheduling``.
 
 With tensor parallelism, :class:`~superinfer.sim.parallel.ParallelCostModel` adds the all-reduces at the
 fitted ``latency + size / bw`` of the fabric and rank count where they were measured (:func:`link_for`),

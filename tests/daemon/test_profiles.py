@@ -234,11 +234,11 @@ def test_every_bundled_profile_ships_the_tuner_deciding_as_its_measurement_says(
 
 def test_a_profile_s_twin_prices_as_its_engine_gpu_costs_say(tmp_path: Path) -> None:
     """The sim backend, `superinferd tune` and `bench tuner --profile` share twin_of: the key reaches its cost model,
-    and the plugin's policy keeps its host work after the GPU's."""
+    and the host work hides under the GPU's unless the profile turns async scheduling off."""
     from superinfer.daemon.profile_twin import twin_of
 
-    for costs, grounded in (("datasheet", False), ("grounded", True)):
-        path = tmp_path / f"{costs}.toml"
-        path.write_text(f"[engine]\nmodel = \"qwen2.5-32b\"\ngpu_costs = \"{costs}\"\n")
+    for costs, grounded, mode in (("datasheet", False, "auto"), ("grounded", True, "auto"), ("grounded", True, "off")):
+        path = tmp_path / f"{costs}-{mode}.toml"
+        path.write_text(f"[engine]\nmodel = \"qwen2.5-32b\"\ngpu_costs = \"{costs}\"\nasync_scheduling = \"{mode}\"\n")
         cm, _ = twin_of(resolve(None, profile_file=str(path), env={}))
-        assert (cm._grounded is not None) is grounded and cm.async_host is False
+        assert (cm._grounded is not None) is grounded and cm.async_host is (mode != "off")

@@ -12,9 +12,9 @@ from superinfer.daemon.backends.vllm_child import vllm_command, wiring
 from superinfer.vllm.params import ENV_PARAMS_FILE, ENV_POLICY
 
 
-def profile(policy: str, dram_gib: float = 1.0):
+def profile(policy: str, dram_gib: float = 1.0, async_scheduling: str = "auto"):
     """``get(section, key)`` of a profile with ``policy`` and a host pool of ``dram_gib``."""
-    values = {("scheduler", "policy"): policy, ("engine", "dram_gib"): dram_gib, ("engine", "block_size"): 32,
+    values = {("engine", "async_scheduling"): async_scheduling, ("scheduler", "policy"): policy, ("engine", "dram_gib"): dram_gib, ("engine", "block_size"): 32,
               ("engine", "max_num_seqs"): 8, ("engine", "max_num_batched_tokens"): 512, ("engine", "dtype"): "float32",
               ("engine", "gpu_memory_utilization"): 0.9, ("engine", "kv_cache_gib"): 0.5, ("engine", "max_model_len"): 0,
               ("engine", "num_gpu_blocks_override"): 0, ("engine", "enforce_eager"): True}
@@ -39,6 +39,16 @@ def test_the_connector_carries_the_core_policy(policy: str, core: str) -> None:
     assert extra["params_file"] == "/s/params.json"
     assert wiring(profile(policy), Path("/s/params.json")).env == {}
     assert cmd[cmd.index("--kv-cache-memory-bytes") + 1] == str(1 << 29)
+
+
+@pytest.mark.parametrize("mode, flags", [("auto", []), ("on", ["--async-scheduling"]),
+                                         ("off", ["--no-async-scheduling"])])
+def test_async_scheduling_is_vllm_s_choice_unless_the_profile_says(mode: str, flags: list[str]) -> None:
+    """The plugin follows either mode (RotaScheduler gives RotaAsyncScheduler), so ``auto`` passes no flag: on a GPU
+    vLLM schedules asynchronously, on a CPU it does not."""
+    cmd = vllm_command(profile("lvf", async_scheduling=mode), "/m/tiny", "tiny", 8000, Path("/s/params.json"), 32768,
+                       1, 1, 1, "mp")
+    assert [f for f in cmd if "async-scheduling" in f] == flags
 
 
 def test_lvf_hbm_runs_without_a_connector() -> None:

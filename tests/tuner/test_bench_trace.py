@@ -88,7 +88,7 @@ def test_the_scenario_twin_prices_as_asked_and_a_profile_s_as_its_profile_says()
     from superinfer.tuner.offline.evaluate import TwinEnv
 
     cm = replace(TwinEnv(), gpu_costs="grounded").cost_model()
-    assert cm._grounded is not None and cm.async_host is False  # lvf: host work after the GPU's
+    assert cm._grounded is not None and cm.async_host is True  # lvf follows vLLM's async scheduling
     assert TwinEnv().cost_model()._grounded is None
     r = CliRunner().invoke(bench_tuner, ["--profile", "demo", "--gpu-costs", "grounded"])
     assert r.exit_code == 2 and "--set engine.gpu_costs=C" in r.output

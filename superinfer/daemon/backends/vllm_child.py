@@ -68,6 +68,11 @@ def served_default(model_path: str) -> str:
     return p.name
 
 
+#: ``[engine] async_scheduling`` as vLLM flags: ``auto`` leaves the choice to vLLM (on for GPUs, off on CPU); the
+#: plugin follows either mode (superinfer.vllm.async_scheduler)
+ASYNC_FLAGS: dict[str, list[str]] = {"auto": [], "on": ["--async-scheduling"], "off": ["--no-async-scheduling"]}
+
+
 def vllm_command(get: Any, model_path: str, served: str, port: int, params_file: Path, block_bytes: int | None,
                  world: int, tp: int, pp: int, executor: str) -> list[str]:
     """``python -m vllm.entrypoints.openai.api_server ...`` for the profile's ``[engine]`` (``get(section, key)``)."""
@@ -77,7 +82,8 @@ def vllm_command(get: Any, model_path: str, served: str, port: int, params_file:
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path,
            "--served-model-name", served, "--host", "127.0.0.1", "--port", str(port)]
     cmd += wiring(g, params_file, host_blocks).cli_args()
-    cmd += ["--no-async-scheduling", "--block-size", str(g("engine", "block_size")),
+    cmd += ASYNC_FLAGS[g("engine", "async_scheduling")]
+    cmd += ["--block-size", str(g("engine", "block_size")),
            "--max-num-seqs", str(g("engine", "max_num_seqs")),
            "--max-num-batched-tokens", str(g("engine", "max_num_batched_tokens")),
            "--dtype", g("engine", "dtype"), "--gpu-memory-utilization", str(g("engine", "gpu_memory_utilization"))]
