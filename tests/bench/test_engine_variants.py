@@ -18,6 +18,7 @@ def test_a_plain_policy_has_no_overrides_and_a_variant_its_checked_knobs() -> No
     policy, knobs = split_variant("lvf@tbt_credit=1+rotation_margin_s=2.5", ENGINE_POLICIES)
     assert policy == "lvf" and knobs == {"tbt_credit": 1, "rotation_margin_s": 2.5}
     assert type(knobs["tbt_credit"]) is int  # an integer knob stays an integer
+    assert split_variant("vllm@async_scheduling=1", ENGINE_POLICIES) == ("vllm", {"async_scheduling": 1})
 
 
 @pytest.mark.parametrize("label, message", [
@@ -29,6 +30,7 @@ def test_a_plain_policy_has_no_overrides_and_a_variant_its_checked_knobs() -> No
     ("lvf@tbt_credit=2", "tbt_credit must be within [0, 1]"),
     ("lvf@tbt_credit=0.5", "tbt_credit must be an integer"),
     ("lvf@alpha=1+alpha=2", "alpha given twice"),
+    ("lvf@async_scheduling=2", "async_scheduling takes 0 or 1"),
 ])
 def test_a_bad_label_names_itself_and_what_is_wrong(label: str, message: str) -> None:
     with pytest.raises(VariantError) as info:
@@ -72,10 +74,12 @@ def test_the_variants_knobs_reach_its_engine_and_nothing_else_changes(tmp_path: 
     o = {"workload": "chat", "start_s": None, "arrival": "poisson", "rps": 2.0, "duration": 2.0, "max_model_len": 256,
          "b_xfer": "auto", "model": str(tmp_path), "num_blocks": 64, "block_size": 16, "max_num_seqs": 8,
          "max_num_batched_tokens": 256, "host_blocks": 0, **{k: None for k in PARAM_BOUNDS}, "alpha": 2.0}
-    for label in ("lvf", "lvf@tbt_credit=1+alpha=1"):
+    for label in ("lvf", "lvf@tbt_credit=1+alpha=1", "lvf@async_scheduling=1", "lvf@async_scheduling=0"):
         with pytest.raises(_Opened):
             run_policy(label, 0, o, (1.0, 0.1), tmp_path)
-    base, variant = seen
+    base, variant, on, off = seen
+    assert base.async_scheduling is None and on.async_scheduling is True and off.async_scheduling is False
+    assert on.params == off.params == base.params  # an engine setting, not a knob
     assert base.policy == variant.policy == "lvf"
     assert base.params["alpha"] == 2.0 and "tbt_credit" not in base.params  # the params file's default
     assert variant.params["alpha"] == 1.0 and variant.params["tbt_credit"] == 1

@@ -151,29 +151,12 @@ def run_engine(
             )
 
 
-@contextmanager
-def cpu_async_scheduling() -> Iterator[None]:
-    """Engines built inside keep vLLM's asynchronous scheduling on this CPU, as vLLM configures a GPU.
+def cpu_async_scheduling() -> Any:
+    """Engines built inside keep vLLM's asynchronous scheduling on this CPU, as vLLM configures a GPU
+    (:func:`superinfer.bench.engine.asyncmode.keep_async_scheduling`)."""
+    from superinfer.bench.engine.asyncmode import keep_async_scheduling
 
-    vLLM's CPU platform switches it off (``vllm/platforms/cpu.py``: "not required on CPU": the CPU runs a step
-    inline, so nothing overlaps), after the engine config has decided it. Left on, the real engine loop
-    (``EngineCore.step_with_batch_queue``, two steps in flight), vLLM's ``AsyncScheduler`` and the model runner
-    run unchanged: greedy outputs are identical. This keeps the platform's decision from overriding the
-    config's, for the in-process engines of the tests that check the plugin's async path without a GPU."""
-    from vllm.platforms.cpu import CpuPlatform
-
-    original = CpuPlatform.__dict__["check_and_update_config"]
-
-    def keep_async(cls: type, vllm_config: Any) -> None:
-        decided = vllm_config.scheduler_config.async_scheduling
-        original.__func__(cls, vllm_config)
-        vllm_config.scheduler_config.async_scheduling = decided
-
-    CpuPlatform.check_and_update_config = classmethod(keep_async)
-    try:
-        yield
-    finally:
-        CpuPlatform.check_and_update_config = original
+    return keep_async_scheduling()
 
 
 @contextmanager

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from superinfer.bench.engine.asyncmode import keep_async_scheduling
+
 ENGINE_ENV: dict[str, str] = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
@@ -58,6 +60,9 @@ class EngineSpec:
     load: str | None = None  # lvf: DuplexKVConnector ``load`` ("async" | "sync"; None: the connector's default)
     calibration: str | None = None  # lvf: calibration file, the step-time model of v2's SLO token budget
     scheduler_cls: str | None = None  # overrides the policy's scheduler (calibration)
+    #: vLLM's async scheduling: None vLLM's choice (on for GPUs, off on CPU); True on, kept on a CPU too
+    #: (:mod:`superinfer.bench.engine.asyncmode`); False off
+    async_scheduling: bool | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in ENGINE_POLICIES:
@@ -117,7 +122,9 @@ def open_engine(spec: EngineSpec, workdir: Path) -> Iterator[Any]:
         env = plugin.env
     if spec.scheduler_cls:
         kwargs["scheduler_cls"] = spec.scheduler_cls
-    with scoped_env(env), owned_llm(lambda: LLM(model=spec.model, dtype=spec.dtype, seed=0, block_size=spec.block_size,
+    if spec.async_scheduling is not None:
+        kwargs["async_scheduling"] = spec.async_scheduling
+    with scoped_env(env), keep_async_scheduling(bool(spec.async_scheduling)), owned_llm(lambda: LLM(model=spec.model, dtype=spec.dtype, seed=0, block_size=spec.block_size,
                                max_model_len=spec.max_model_len, num_gpu_blocks_override=spec.num_blocks,
                                enforce_eager=True, max_num_seqs=spec.max_num_seqs,
                                max_num_batched_tokens=spec.max_num_batched_tokens, disable_log_stats=False,

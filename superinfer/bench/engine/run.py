@@ -138,11 +138,14 @@ def run_policy(policy: str, seed: int, o: dict[str, Any], slo: tuple[float, floa
     params = {"ttft_slo": ttft_slo, "tbt_slo": tbt_slo, "b_xfer": o["b_xfer"],  # unset knobs: the file's default
               **{k: o[k] for k in PARAM_BOUNDS if o.get(k) is not None}}
     engine_policy, overrides = split_variant(policy, ENGINE_POLICIES)  # a label: POLICY[@KNOB=VALUE+...]
+    setting = overrides.pop("async_scheduling", None)  # an engine setting, not a knob
+    async_scheduling = None if setting is None else bool(setting)
     params.update(overrides)
     spec = EngineSpec(model=o["model"], policy=engine_policy, num_blocks=o["num_blocks"], block_size=o["block_size"],
                       max_model_len=o["max_model_len"], max_num_seqs=o["max_num_seqs"],
                       max_num_batched_tokens=o["max_num_batched_tokens"], params=params,
-                      host_blocks=o["host_blocks"], load=o.get("load"), calibration=o.get("calibration"))
+                      host_blocks=o["host_blocks"], load=o.get("load"), calibration=o.get("calibration"),
+                      async_scheduling=async_scheduling)
     closed = len(kvworker.CLOSED)
     with open_engine(spec, workdir) as llm:
         stock = instrument_stock(scheduler_of(llm)) if engine_policy not in ROTA_POLICIES else None
