@@ -92,8 +92,9 @@ def _tenants(value: str | None, ttft: float, tbt: float) -> tuple[TenantTable, t
                    "profiles with vLLM's measured host work (grounded) or with the constant overhead (grounded-gpu); "
                    "docs/costmodel.md.")
 @click.option("--host-overlap", type=click.Choice(HOST_OVERLAP), default="auto", show_default=True,
-              help="With grounded costs, whose host work hides under the GPU's: as each engine does (stock vLLM "
-                   "schedules asynchronously, the plugin does not), or, to ask what if, every policy's or none.")
+              help="With grounded costs, whose host work hides under the GPU's: every policy's, as vLLM's async "
+                   "scheduling does on a GPU for stock vLLM and the plugin alike (auto, all; a step that parks "
+                   "excepted), or none (--no-async-scheduling).")
 @click.option("--skip-bad", is_flag=True, help="Count and skip malformed trace lines instead of failing.")
 @click.option("--workers", default=None, type=click.IntRange(min=1), help="Processes (default: CPU count).")
 @click.option("--json", "json_path", default=None, help="Write the JSON here ('-' for stdout).")

@@ -2,7 +2,8 @@
 
 The child (``python -m vllm.entrypoints.openai.api_server``) listens on loopback only
 (``--engine-port``, default a free port) with ``--scheduler-cls superinfer.vllm.RotaScheduler``, the
-``DuplexKVConnector`` KV connector, ``--no-async-scheduling`` and the profile's engine settings; it reads
+``DuplexKVConnector`` KV connector, vLLM's own choice of async scheduling unless ``engine.async_scheduling``
+names one, and the profile's engine settings; it reads
 live params from ``<state-dir>/params.json`` (``SUPERINFER_PARAMS_FILE``), which the daemon rewrites
 atomically on every ``PUT /v1/params``. Clients talk to the daemon's port: ``/v1/completions``,
 ``/v1/chat/completions`` and ``/v1/models`` are proxied to the child after the tenant is resolved
