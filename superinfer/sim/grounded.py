@@ -24,7 +24,7 @@ grounded one adds up what the engine runs, one operator after another:
   show what each part moves.
 * **async scheduling**: vLLM (0.32; default on for GPUs) schedules and prepares step n+1 while the GPU runs
   step n, so its host work hides under the GPU's unless it is longer (``max``). The plugin follows vLLM's
-  mode (:mod:`superinfer.vllm.async_scheduler`), except that an iteration that parks a victim waits on the
+  mode (``superinfer.vllm.scheduler.RotaAsyncScheduler``), except that an iteration that parks a victim waits on the
   host for the copy, so it pays its host work after the GPU's (``+``): :func:`superinfer.sim.build.schedules_async`,
   :meth:`~superinfer.sim.costmodel.CostModel.price_step`. ``--host-overlap none`` prices every engine run
   with ``--no-async-scheduling``.

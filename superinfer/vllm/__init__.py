@@ -16,7 +16,7 @@ from typing import Any
 
 _PLUGIN = {
     "RotaScheduler": "superinfer.vllm.scheduler",
-    "RotaAsyncScheduler": "superinfer.vllm.async_scheduler",
+    "RotaAsyncScheduler": "superinfer.vllm.scheduler",
     "DuplexKVConnector": "superinfer.vllm.connector",
 }
 

@@ -16,8 +16,7 @@ Each ``schedule()``:
    the requests the plan admits, largest VLT first. vLLM still allocates every block itself, so its
    invariants (and its own forced preemption, as a safety net) hold.
 
-Under vLLM's async scheduling (its default on GPUs) the same class path gives
-:class:`superinfer.vllm.async_scheduler.RotaAsyncScheduler`; what differs is stated there.
+Under vLLM's async scheduling (its default on GPUs) the same class path gives :class:`RotaAsyncScheduler`.
 
 Invariants: vLLM's queues hold every live request (nothing is hidden from ``has_requests`` or aborts);
 the table has one row per live request; a plan error falls back to stock behaviour for that step
@@ -62,18 +61,14 @@ class RotaScheduler(Scheduler):
     """vLLM ``Scheduler`` whose admission, victims and rotation follow the RotaSched core."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> RotaScheduler:
-        """One class path for both scheduling modes: vLLM scheduling asynchronously gets RotaAsyncScheduler."""
-        config = kwargs.get("vllm_config", args[0] if args else None)
+        config = kwargs.get("vllm_config", args[0] if args else None)  # vLLM scheduling async: RotaAsyncScheduler
         if cls is RotaScheduler and getattr(getattr(config, "scheduler_config", None), "async_scheduling", False):
-            from superinfer.vllm.async_scheduler import RotaAsyncScheduler
-
             cls = RotaAsyncScheduler
         return super().__new__(cls)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        sc = self.vllm_config.scheduler_config
-        if getattr(sc, "async_scheduling", False) and not isinstance(self, AsyncScheduler):
+        if getattr(self.vllm_config.scheduler_config, "async_scheduling", False) and not isinstance(self, AsyncScheduler):
             raise ValueError(f"{type(self).__name__} subclasses the synchronous RotaScheduler but vLLM schedules "
                              "asynchronously: subclass RotaAsyncScheduler, or pass --no-async-scheduling")
         if self.policy != SchedulingPolicy.FCFS:
@@ -398,3 +393,8 @@ class RotaScheduler(Scheduler):
     def shutdown(self) -> None:
         self._write_stats()
         super().shutdown()
+
+
+class RotaAsyncScheduler(RotaScheduler, AsyncScheduler):
+    """RotaScheduler over vLLM's ``AsyncScheduler`` (docs/vllm-plugin.md, "Async scheduling"): parks and syncs copy
+    only settled KV (``safe_computed``), vLLM's deferred frees keep a victim's blocks until its step is processed."""

@@ -69,7 +69,7 @@ def served_default(model_path: str) -> str:
 
 
 #: ``[engine] async_scheduling`` as vLLM flags: ``auto`` leaves the choice to vLLM (on for GPUs, off on CPU); the
-#: plugin follows either mode (superinfer.vllm.async_scheduler)
+#: plugin follows either mode (superinfer.vllm.scheduler.RotaAsyncScheduler)
 ASYNC_FLAGS: dict[str, list[str]] = {"auto": [], "on": ["--async-scheduling"], "off": ["--no-async-scheduling"]}
 
 
