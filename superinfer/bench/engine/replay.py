@@ -124,7 +124,8 @@ def open_engine(spec: EngineSpec, workdir: Path) -> Iterator[Any]:
         kwargs["scheduler_cls"] = spec.scheduler_cls
     if spec.async_scheduling is not None:
         kwargs["async_scheduling"] = spec.async_scheduling
-    with scoped_env(env), keep_async_scheduling(bool(spec.async_scheduling)), owned_llm(lambda: LLM(model=spec.model, dtype=spec.dtype, seed=0, block_size=spec.block_size,
+    keep_async = keep_async_scheduling(bool(spec.async_scheduling))
+    with scoped_env(env), keep_async, owned_llm(lambda: LLM(model=spec.model, dtype=spec.dtype, seed=0, block_size=spec.block_size,
                                max_model_len=spec.max_model_len, num_gpu_blocks_override=spec.num_blocks,
                                enforce_eager=True, max_num_seqs=spec.max_num_seqs,
                                max_num_batched_tokens=spec.max_num_batched_tokens, disable_log_stats=False,
