@@ -26,6 +26,17 @@ def safe_computed(request: Any) -> int:
     return int(request.num_computed_tokens) - int(getattr(request, "num_output_placeholders", 0) or 0)
 
 
+def pool_free(scheduler: Any) -> int:
+    """Device blocks free for planning: the pool's, plus those vLLM's deferred frees hold back. Under async
+    scheduling with a KV connector (``defer_block_free``) a victim's or a finished request's blocks return to
+    the pool only once the step in flight that may still write them is processed, one or two steps after the
+    plan that freed them. Counted at once, so that the plans in between do not choose more victims for room
+    that is already coming; an admission that needs them waits at the head of the queue until they return (at
+    most: a block another request shares by prefix caching stays in use)."""
+    deferred = getattr(scheduler, "deferred_frees", ())
+    return scheduler.kv_cache_manager.block_pool.get_num_free_blocks() + sum(len(b) for _, b in deferred)
+
+
 def refresh_running(t: RequestTable, running: Sequence[Any], r2b: Mapping[str, Sequence[Any]],
                     loading: Iterable[Any]) -> None:
     """One iteration passed (residency advances); copy the ``running`` requests' token counts and device

@@ -41,7 +41,7 @@ from superinfer.core import (Capacity, Phase, Plan, PlanGate, RequestTable, Snap
                              decided_nothing, get_policy, nothing_to_plan, rank_order)
 from superinfer.core.view import ranking_rows
 from superinfer.vllm.connector import DuplexKVConnector, connector_extra
-from superinfer.vllm.mirror import refresh_ledger, refresh_running, safe_computed
+from superinfer.vllm.mirror import pool_free, refresh_ledger, refresh_running, safe_computed
 from superinfer.vllm.params import (ENV_CALIBRATION, ENV_PARAMS_FILE, ENV_POLICY, LiveParams, ParamSource,
                                     load_step_model)
 from superinfer.vllm.stats import ENV_STATS_FILE, StatsFile, add_plan_time
@@ -73,6 +73,7 @@ class RotaScheduler(Scheduler):
                              "asynchronously: subclass RotaAsyncScheduler, or pass --no-async-scheduling")
         if self.policy != SchedulingPolicy.FCFS:
             raise ValueError("RotaScheduler orders requests itself: use --scheduling-policy fcfs (the default)")
+        self.scheduler_reserve_full_isl = False  # the plan admits by the chunk it schedules (docs/vllm-plugin.md)
         extra = connector_extra(self.vllm_config)
         self.param_source = ParamSource(os.environ.get(ENV_PARAMS_FILE) or extra.get("params_file"))
         self.core_policy = get_policy(os.environ.get(ENV_POLICY) or extra.get("policy", "lvf"))
@@ -88,8 +89,7 @@ class RotaScheduler(Scheduler):
         self.ledger = self.connector.ledger if isinstance(self.connector, DuplexKVConnector) else None
         self._r2b = self.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks
         self._hbm_blocks = max(1, int(self.kv_cache_config.num_blocks) - 1)  # block 0 is vLLM's null block
-        self._d2h_left = 0
-        self._plans = 0
+        self._d2h_left = self._plans = 0
         self._pre_computed: dict[str, int] = {}
         self.tenants = RequestTenants(self.stats)
         self._vlt_by_row = np.zeros(0)
@@ -225,8 +225,8 @@ class RotaScheduler(Scheduler):
         return budget
 
     def _plannable_free(self, used: int) -> int:
-        """Device blocks free for the plan, given the ``used`` blocks the table counts."""
-        return min(self.kv_cache_manager.block_pool.get_num_free_blocks(), max(0, self._hbm_blocks - used))
+        """Device blocks free for the plan (:func:`pool_free`), given the ``used`` blocks the table counts."""
+        return min(pool_free(self), max(0, self._hbm_blocks - used))
 
     def _capacity(self, snap: Snapshot, live: LiveParams) -> Capacity:
         free = self._plannable_free(int(snap.blocks_hbm.sum()))

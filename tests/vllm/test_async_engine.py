@@ -90,6 +90,22 @@ def test_nothing_lost_and_both_tiers_empty_at_the_end(rotated_async: Any) -> Non
     assert s.stats["plan_errors"] == 0
 
 
+def test_the_plan_counts_the_blocks_a_deferred_free_returns() -> None:
+    """Under async scheduling a victim's blocks reach the pool one or two steps after the plan that parked it;
+    the plans in between count them as free, or they would choose more victims for room already coming."""
+    from collections import deque
+
+    from superinfer.vllm.mirror import pool_free
+
+    pool = SimpleNamespace(get_num_free_blocks=lambda: 3)
+    sched = SimpleNamespace(kv_cache_manager=SimpleNamespace(block_pool=pool), deferred_frees=deque())
+    assert pool_free(sched) == 3
+    sched.deferred_frees.extend([(7, ["b1", "b2"]), (8, ["b3"])])
+    assert pool_free(sched) == 6
+    del sched.deferred_frees  # a vLLM without deferred frees: the pool's count
+    assert pool_free(sched) == 3
+
+
 def test_the_step_fit_times_every_step_once(rotated_async: Any) -> None:
     fit = rotated_async.scheduler.step_fit
     # every step that computed something was paired with its output (LLM.generate may stop with an empty

@@ -77,9 +77,9 @@ def _slo_from_fit(sched: Any, pf: Path) -> None:
 
 
 def _drive(engine_cm: Callable[..., Any], tiny_model: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch, *,
-           policy: str, calibration: Path | None, warm_up: bool = False) -> dict[str, Any]:
-    """Two requests decode, then two prompts of :data:`PROMPT` tokens arrive; record each step's budget and tokens (after
-    mixed traffic that teaches the online fit, and with a TBT SLO set from that fit, if ``warm_up``)."""
+           policy: str, calibration: Path | None, warm_up: bool = False, blocks: int = 96) -> dict[str, Any]:
+    """Two requests decode, then two prompts of :data:`PROMPT` tokens arrive; record each step's budget and tokens
+    (after mixed traffic that teaches the online fit, and with a TBT SLO set from that fit, if ``warm_up``)."""
     from vllm import SamplingParams
 
     pf = tmp / f"params-{policy}.json"
@@ -90,7 +90,7 @@ def _drive(engine_cm: Callable[..., Any], tiny_model: Path, tmp: Path, monkeypat
     kv = {"kv_connector": "DuplexKVConnector", "kv_connector_module_path": "superinfer.vllm", "kv_role": "kv_both",
           "kv_connector_extra_config": extra}
     steps: list[tuple[int, int, int, float]] = []  # (budget, tokens scheduled, decodes scheduled, target s)
-    with engine_cm(tiny_model, num_gpu_blocks=96, scheduler_cls="superinfer.vllm.RotaScheduler",
+    with engine_cm(tiny_model, num_gpu_blocks=blocks, scheduler_cls="superinfer.vllm.RotaScheduler",
                    kv_transfer_config=kv, max_num_batched_tokens=MAX_BATCHED, max_model_len=1024) as llm:
         eng = llm.llm_engine
         sched = eng.engine_core.engine_core.scheduler
