@@ -73,7 +73,6 @@ class RotaScheduler(Scheduler):
                              "asynchronously: subclass RotaAsyncScheduler, or pass --no-async-scheduling")
         if self.policy != SchedulingPolicy.FCFS:
             raise ValueError("RotaScheduler orders requests itself: use --scheduling-policy fcfs (the default)")
-        self.scheduler_reserve_full_isl = False  # the plan admits by the chunk it schedules (docs/vllm-plugin.md)
         extra = connector_extra(self.vllm_config)
         self.param_source = ParamSource(os.environ.get(ENV_PARAMS_FILE) or extra.get("params_file"))
         self.core_policy = get_policy(os.environ.get(ENV_POLICY) or extra.get("policy", "lvf"))
