@@ -88,7 +88,8 @@ class RotaScheduler(Scheduler):
         self.ledger = self.connector.ledger if isinstance(self.connector, DuplexKVConnector) else None
         self._r2b = self.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks
         self._hbm_blocks = max(1, int(self.kv_cache_config.num_blocks) - 1)  # block 0 is vLLM's null block
-        self._d2h_left = self._plans = 0
+        self._d2h_left = 0
+        self._plans = 0
         self._pre_computed: dict[str, int] = {}
         self.tenants = RequestTenants(self.stats)
         self._vlt_by_row = np.zeros(0)

@@ -58,6 +58,17 @@ def _stock_run(fidelity: dict) -> tuple[dict, float]:
     return run, point["noise_floor"]["mape_pct"]
 
 
+def _why(fidelity: dict, run: dict, floor: float) -> str:
+    """What a failure needs to be told apart (a twin wired wrong, or a host term measured in a stall): both
+    sides' percentiles, the repeat, and stock vLLM's measured host terms."""
+    keys = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tbt_p50_s", "tbt_p90_s")
+    sides = {s: {k: round(run[s][k] * 1e3, 2) for k in keys} for s in ("real", "twin")}
+    sides["repeat"] = {k: round(run["real_repeats"][0][k] * 1e3, 2) for k in keys}
+    host = {k: v for k, v in fidelity["host_terms"]["vllm"].items() if not isinstance(v, dict)}
+    return f"error {run['error']}, noise floor {floor:.1f} %, ms {sides}, host terms {host}, " \
+           f"calibration {fidelity['calibration']['coefficients']}"
+
+
 def _within_bound(fidelity: dict) -> bool:
     run, floor = _stock_run(fidelity)
     return run["error"]["mape_pct"] <= max(MAX_MAPE_PCT, NOISE_FLOOR_X * floor)
@@ -119,17 +130,6 @@ def test_the_json_has_both_sides_and_the_error_for_every_run(fidelity: dict) -> 
     assert first.size > 10, "the calibration and the probes ran batch sizes before the first run"
     assert set(first) < set(second), "the second run starts from every size the process ran before it"
     assert "winner real" in fidelity["_stdout"]
-
-
-def _why(fidelity: dict, run: dict, floor: float) -> str:
-    """What a failure needs to be told apart (a twin wired wrong, or a host term measured in a stall): both
-    sides' percentiles, the repeat, and stock vLLM's measured host terms."""
-    keys = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tbt_p50_s", "tbt_p90_s")
-    sides = {s: {k: round(run[s][k] * 1e3, 2) for k in keys} for s in ("real", "twin")}
-    sides["repeat"] = {k: round(run["real_repeats"][0][k] * 1e3, 2) for k in keys}
-    host = {k: v for k, v in fidelity["host_terms"]["vllm"].items() if not isinstance(v, dict)}
-    return f"error {run['error']}, noise floor {floor:.1f} %, ms {sides}, host terms {host}, " \
-           f"calibration {fidelity['calibration']['coefficients']}"
 
 
 def test_the_twin_of_stock_vllm_is_within_the_bound(fidelity: dict) -> None:

@@ -62,9 +62,9 @@ def _write_slo(pf: Path, tbt_slo: float) -> None:
 
 def _slo_from_fit(sched: Any, pf: Path) -> None:
     """A TBT SLO for this host's speed, from the online fit: the step target sits halfway between two decodes
-    alone and a :data:`MAX_STRETCH`-th of two decodes beside both prompts (:data:`PROMPT` tokens), so some prefill fits beside
-    the decodes and, however much slack they bank, not both whole prompts (a fixed SLO sat below the decodes
-    alone on a slow day, so no prompt could start beside them)."""
+    alone and a :data:`MAX_STRETCH`-th of two decodes beside both prompts (:data:`PROMPT` tokens), so some
+    prefill fits beside the decodes and, however much slack they bank, not both whole prompts (a fixed SLO sat
+    below the decodes alone on a slow day, so no prompt could start beside them)."""
     sched.step_fit.refit()  # over the whole warm-up: in service refits come at most once a second
     fit = sched.step_fit.coefficients
     alone = fit.iteration_s(0, 0, 2, 100)
@@ -77,7 +77,7 @@ def _slo_from_fit(sched: Any, pf: Path) -> None:
 
 
 def _drive(engine_cm: Callable[..., Any], tiny_model: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch, *,
-           policy: str, calibration: Path | None, warm_up: bool = False, blocks: int = 96) -> dict[str, Any]:
+           policy: str, calibration: Path | None, warm_up: bool = False) -> dict[str, Any]:
     """Two requests decode, then two prompts of :data:`PROMPT` tokens arrive; record each step's budget and tokens
     (after mixed traffic that teaches the online fit, and with a TBT SLO set from that fit, if ``warm_up``)."""
     from vllm import SamplingParams
@@ -90,7 +90,7 @@ def _drive(engine_cm: Callable[..., Any], tiny_model: Path, tmp: Path, monkeypat
     kv = {"kv_connector": "DuplexKVConnector", "kv_connector_module_path": "superinfer.vllm", "kv_role": "kv_both",
           "kv_connector_extra_config": extra}
     steps: list[tuple[int, int, int, float]] = []  # (budget, tokens scheduled, decodes scheduled, target s)
-    with engine_cm(tiny_model, num_gpu_blocks=blocks, scheduler_cls="superinfer.vllm.RotaScheduler",
+    with engine_cm(tiny_model, num_gpu_blocks=96, scheduler_cls="superinfer.vllm.RotaScheduler",
                    kv_transfer_config=kv, max_num_batched_tokens=MAX_BATCHED, max_model_len=1024) as llm:
         eng = llm.llm_engine
         sched = eng.engine_core.engine_core.scheduler
